@@ -1,0 +1,504 @@
+"""ApproxNDCG and ApproxAP as custom objectives for LightGBM and XGBoost.
+
+An objective instance is a callable that both libraries accept as it is::
+
+    lgb.train({"objective": approx_ndcg_obj, "metric": "ndcg", "eval_at": [10]}, dtrain)
+    lgb.LGBMRanker(objective=approx_ndcg_obj).fit(X, y, group=sizes)
+    xgb.train(params, dmatrix, obj=approx_ndcg_obj)
+
+It returns the gradient and a Hessian approximation of the loss ``L = -sum_q M_q`` where ``M_q``
+is the smoothed measure of query ``q`` (Qin, Liu & Li 2010):
+
+    pos^_i     = 1 + sum_{j != i} sigmoid(alpha (s_j - s_i))
+    ApproxNDCG = (1 / Z) sum_i (2^{y_i} - 1) / log2(1 + pos^_i)
+    ApproxAP   = (1 / R) sum_y r_y / pos^_y (1 + sum_{x != y} r_x sigmoid(beta (pos^_y - pos^_x)))
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from approx_gbdt import _kernels as K
+from approx_gbdt.utils import check_group_ptr, group_ptr_from_sizes
+
+__all__ = ["ApproxAP", "ApproxNDCG", "approx_ap_obj", "approx_ndcg_obj"]
+
+HESSIANS = {
+    "exact": K.HESS_EXACT,
+    "bound": K.HESS_BOUND,
+    "abs": K.HESS_ABS,
+    "mixed": K.HESS_MIXED,
+    "constant": K.HESS_CONSTANT,
+}
+
+# 2^y - 1 must stay finite in float64, and so must the ideal DCG.
+_MAX_LABEL = 1000.0
+_CACHE_SIZE = 16
+
+
+def _positive_float(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return value
+
+
+def _check_k(k):
+    if k is None:
+        return 0
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be a positive integer or None, got {k!r}")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    return int(k)
+
+
+def _as_scores(scores, n_rows=None):
+    """Scores as a contiguous float64 vector; accepts float32 and XGBoost's (n, 1) shape."""
+    s = np.asarray(scores)
+    if s.ndim == 2 and s.shape[1] == 1:
+        s = s[:, 0]
+    if s.ndim != 1:
+        raise ValueError(
+            f"expected one score per document (shape (n,) or (n, 1)), got shape {s.shape}; "
+            "ranking objectives do not support multi-output models"
+        )
+    if not np.issubdtype(s.dtype, np.number) or np.issubdtype(s.dtype, np.complexfloating):
+        raise TypeError(f"scores must be real numbers, got dtype {s.dtype}")
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if n_rows is not None and s.shape[0] != n_rows:
+        raise ValueError(f"got {s.shape[0]} scores for {n_rows} documents")
+    if not np.all(np.isfinite(s)):
+        bad = int(np.flatnonzero(~np.isfinite(s))[0])
+        raise ValueError(f"scores must be finite: score {bad} is {s[bad]}")
+    return s
+
+
+def _as_labels(labels):
+    y = np.asarray(labels)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"labels must be 1-D, got shape {y.shape}")
+    if not np.issubdtype(y.dtype, np.number) or np.issubdtype(y.dtype, np.complexfloating):
+        raise TypeError(f"labels must be real numbers, got dtype {y.dtype}")
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    if not np.all(np.isfinite(y)):
+        bad = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ValueError(f"labels must be finite: label {bad} is {y[bad]}")
+    if y.size and y.min() < 0:
+        bad = int(np.argmin(y))
+        raise ValueError(f"labels must be non-negative: label {bad} is {y[bad]}")
+    return y
+
+
+@dataclass
+class _Prepared:
+    """What one dataset needs at every iteration, computed once (see ``_prepare``)."""
+
+    labels: np.ndarray
+    group_ptr: np.ndarray
+    key: tuple
+    arrays: dict
+    work: dict
+
+
+class _ApproxObjective:
+    """Shared machinery: input checks, per-dataset preparation and host-library adapters."""
+
+    _n_work = 0
+
+    def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
+        self.alpha = _positive_float("alpha", alpha)
+        if hessian not in HESSIANS:
+            raise ValueError(f"hessian must be one of {sorted(HESSIANS)}, got {hessian!r}")
+        self.hessian = hessian
+        if isinstance(hessian_floor, bool) or not isinstance(hessian_floor, numbers.Real):
+            raise TypeError(f"hessian_floor must be a number, got {hessian_floor!r}")
+        if not (math.isfinite(hessian_floor) and hessian_floor > 0):
+            raise ValueError(f"hessian_floor must be positive and finite, got {hessian_floor!r}")
+        self.hessian_floor = float(hessian_floor)
+        self.hessian_constant = _positive_float("hessian_constant", hessian_constant)
+        self.normalize = bool(normalize)
+        self._cache = []
+
+    # -- pickling (dask workers, sklearn.clone): the cache stays behind ------------------------
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_cache"] = []
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    # -- per-dataset preparation ---------------------------------------------------------------
+    def _prep_key(self):
+        raise NotImplementedError
+
+    def _prepare_arrays(self, labels, group_ptr):
+        raise NotImplementedError
+
+    def _prepare(self, labels, group_ptr, *, cache):
+        """Validate labels and boundaries and compute the query constants, once per dataset.
+
+        The cache compares contents, not identities: a dataset is recognised by equal labels
+        and boundaries (an O(n) check, negligible next to the O(n^2) kernels), so one instance
+        can serve several datasets (``lgb.cv``) and never reuses constants after a change.
+        """
+        key = self._prep_key()
+        if cache:
+            for i, p in enumerate(self._cache):
+                if (
+                    p.key == key
+                    and p.labels.shape == np.shape(labels)
+                    and p.group_ptr.shape == np.shape(group_ptr)
+                    and np.array_equal(p.group_ptr, group_ptr)
+                    and np.array_equal(p.labels, labels)
+                ):
+                    if i:
+                        self._cache.insert(0, self._cache.pop(i))
+                    return p
+        y = _as_labels(labels)
+        ptr = check_group_ptr(group_ptr, y.shape[0])
+        n = y.shape[0]
+        work = {name: np.empty(n) for name in ("pos", "v", "e", "acc_a", "acc_b", "acc_w")}
+        for name in self._extra_work:
+            work[name] = np.empty(n)
+        prep = _Prepared(y, ptr, key, self._prepare_arrays(y, ptr), work)
+        if cache:
+            self._cache.insert(0, prep)
+            del self._cache[_CACHE_SIZE:]
+        return prep
+
+    _extra_work = ()
+
+    # -- public API ----------------------------------------------------------------------------
+    def value(self, scores, labels, group_ptr) -> np.ndarray:
+        """Per-query surrogate values ``M_q`` (not negated); 0 for a query with nothing relevant.
+
+        Parameters
+        ----------
+        scores, labels : array_like, shape (n,)
+        group_ptr : array_like of int, shape (n_queries + 1,)
+            Query boundaries ``[0, n_1, n_1 + n_2, ..., n]``.
+        """
+        prep = self._prepare(labels, group_ptr, cache=False)
+        s = _as_scores(scores, prep.labels.shape[0])
+        return self._value(s, prep)
+
+    def grad_hess(self, scores, labels, group_ptr, weights=None, *, hessian=None):
+        """Gradient and Hessian of ``L = -sum_q w_q M_q`` with respect to every score.
+
+        Parameters
+        ----------
+        scores, labels : array_like, shape (n,)
+            Scores may be float32 or of shape (n, 1); they are used in float64.
+        group_ptr : array_like of int, shape (n_queries + 1,)
+            Query boundaries ``[0, n_1, n_1 + n_2, ..., n]``.
+        weights : array_like, shape (n,) or (n_queries,), optional
+            Per-document weights (LightGBM's convention: each document's gradient and Hessian
+            are multiplied by its weight) or per-query weights (XGBoost's ranking convention:
+            the whole query is multiplied). When ``n == n_queries`` every query has a single
+            document and the gradient is zero either way.
+        hessian : str, optional
+            Override the instance's Hessian approximation for this call ("exact" gives the
+            exact diagonal of the Hessian of L, which may be negative).
+
+        Returns
+        -------
+        grad, hess : numpy.ndarray of float64, shape (n,)
+        """
+        prep = self._prepare(labels, group_ptr, cache=False)
+        s = _as_scores(scores, prep.labels.shape[0])
+        return self._grad_hess(s, prep, self._doc_weights(weights, prep.group_ptr), hessian)
+
+    def __call__(self, preds, data, weight=None, group=None):
+        """Host-library entry point.
+
+        ``f(preds, lgb.Dataset)`` (``lgb.train``), ``f(preds, xgb.DMatrix)`` (``xgb.train``) and
+        ``f(y_true, y_pred, weight, group)`` (``lgb.LGBMRanker``, group = query sizes).
+        """
+        module = type(data).__module__.split(".")[0]
+        if module == "lightgbm":
+            return self._from_lightgbm(preds, data)
+        if module == "xgboost":
+            return self._from_xgboost(preds, data)
+        if group is None:
+            raise ValueError(
+                f"{type(self).__name__} needs query information: call it as f(preds, "
+                "lgb.Dataset), f(preds, xgb.DMatrix) or f(y_true, y_pred, weight, group)"
+            )
+        labels = np.asarray(preds)
+        ptr = group_ptr_from_sizes(group, n_rows=labels.shape[0])
+        prep = self._prepare(labels, ptr, cache=True)
+        s = _as_scores(data, prep.labels.shape[0])
+        return self._grad_hess(s, prep, self._doc_weights(weight, prep.group_ptr), None)
+
+    def _from_lightgbm(self, preds, dataset):
+        sizes = dataset.get_group()
+        if sizes is None:
+            raise ValueError(
+                "the LightGBM Dataset has no query information: pass group= (query sizes) "
+                "to lgb.Dataset"
+            )
+        labels = dataset.get_label()
+        if labels is None:
+            raise ValueError("the LightGBM Dataset has no labels")
+        ptr = group_ptr_from_sizes(sizes, n_rows=np.shape(labels)[0])
+        prep = self._prepare(labels, ptr, cache=True)
+        s = _as_scores(preds, prep.labels.shape[0])
+        weights = dataset.get_weight()
+        return self._grad_hess(s, prep, self._doc_weights(weights, prep.group_ptr, "doc"), None)
+
+    def _from_xgboost(self, preds, dmatrix):
+        ptr = np.asarray(dmatrix.get_uint_info("group_ptr"), dtype=np.int64)
+        if ptr.size == 0:
+            raise ValueError(
+                "the XGBoost DMatrix has no query information: pass group= or qid= to DMatrix"
+            )
+        prep = self._prepare(dmatrix.get_label(), ptr, cache=True)
+        s = _as_scores(preds, prep.labels.shape[0])
+        weights = dmatrix.get_weight()
+        weights = None if weights.size == 0 else weights
+        grad, hess = self._grad_hess(
+            s, prep, self._doc_weights(weights, prep.group_ptr, "query"), None
+        )
+        return grad, hess
+
+    # -- helpers ---------------------------------------------------------------------------------
+    @staticmethod
+    def _doc_weights(weights, group_ptr, kind=None):
+        """Per-document weights (empty array for none) from per-document or per-query ones."""
+        if weights is None:
+            return np.empty(0)
+        w = np.asarray(weights, dtype=np.float64).ravel()
+        n = int(group_ptr[-1])
+        nq = group_ptr.shape[0] - 1
+        if kind is None:
+            kind = "doc" if w.shape[0] == n else "query" if w.shape[0] == nq else None
+        expected = n if kind == "doc" else nq
+        if kind is None or w.shape[0] != expected:
+            raise ValueError(
+                f"got {w.shape[0]} weights; expected one per document ({n}) "
+                f"or one per query ({nq})"
+            )
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("weights must be finite and non-negative")
+        if kind == "query":
+            w = np.repeat(w, np.diff(group_ptr))
+        return np.ascontiguousarray(w)
+
+    def _mode(self, hessian):
+        hessian = self.hessian if hessian is None else hessian
+        if hessian not in HESSIANS:
+            raise ValueError(f"hessian must be one of {sorted(HESSIANS)}, got {hessian!r}")
+        return HESSIANS[hessian]
+
+    def _options(self):
+        return ""
+
+    def __repr__(self):
+        opts = self._options()
+        return (
+            f"{type(self).__name__}(alpha={self.alpha:g}{opts}, hessian={self.hessian!r}, "
+            f"hessian_floor={self.hessian_floor:g}, normalize={self.normalize})"
+        )
+
+
+class ApproxNDCG(_ApproxObjective):
+    r"""Negative ApproxNDCG as a boosting objective.
+
+    .. math::
+
+        \hat\pi_i = 1 + \sum_{j \ne i} \sigma(\alpha (s_j - s_i)), \qquad
+        \mathrm{ApproxNDCG} = \frac{1}{Z} \sum_i \frac{2^{y_i} - 1}{\log_2(1 + \hat\pi_i)}
+        \, T(\hat\pi_i)
+
+    with :math:`Z` the exact ideal DCG (@k) of the query, and the smoothed truncation
+    :math:`T(p) = \sigma(\beta (k + 1/2 - p))` when ``k`` is given (:math:`T = 1` otherwise),
+    which tends to :math:`1[\pi_i \le k]` as ``beta`` grows. A query with :math:`Z = 0` or a
+    single document contributes nothing.
+
+    Parameters
+    ----------
+    alpha : float, default 10.0
+        Sharpness of the smoothed positions, relative to the score scale.
+    k : int, optional
+        Truncate at the top ``k`` positions (ApproxNDCG@k).
+    hessian : {"mixed", "bound", "abs", "constant", "exact"}, default "mixed"
+        Hessian handed to the booster (``L = -sum ApproxNDCG``):
+
+        - ``"exact"``: exact diagonal; often negative, for analysis only.
+        - ``"bound"``: ``alpha^2 sum_j w_kj |v_j - v_k|`` (Gauss-Newton-like, LambdaMART-like).
+        - ``"abs"``: absolute value of the exact diagonal.
+        - ``"mixed"``: ``max(exact, hessian_floor * bound)``.
+        - ``"constant"``: ``hessian_constant`` for every document of a non-trivial query.
+    beta : float, default 10.0
+        Sharpness of the truncation (used only with ``k``).
+    hessian_floor : float, default 0.1
+        Floor, relative to the bound, of the ``"mixed"`` Hessian.
+    hessian_constant : float, default 1.0
+    normalize : bool, default True
+        Scale each query's gradient and Hessian by ``log2(1 + S) / S``, ``S = sum_i |g_i|``
+        (as LightGBM's ``lambdarank_norm``).
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha=10.0,
+        k=None,
+        hessian="mixed",
+        beta=10.0,
+        hessian_floor=0.1,
+        hessian_constant=1.0,
+        normalize=True,
+    ):
+        super().__init__(
+            alpha=alpha,
+            hessian=hessian,
+            hessian_floor=hessian_floor,
+            hessian_constant=hessian_constant,
+            normalize=normalize,
+        )
+        self._k = _check_k(k)
+        self.k = k
+        self.beta = _positive_float("beta", beta)
+
+    def _options(self):
+        return "" if self.k is None else f", k={self.k}, beta={self.beta:g}"
+
+    def _prep_key(self):
+        return ("ndcg", self._k)
+
+    def _prepare_arrays(self, labels, group_ptr):
+        if labels.size and labels.max() > _MAX_LABEL:
+            raise ValueError(
+                f"label {labels.max():g} is too large for the gain 2^y - 1 in float64 "
+                f"(labels must be at most {_MAX_LABEL:g})"
+            )
+        gains = np.expm1(labels * math.log(2.0))
+        z = K.ideal_dcg(gains, group_ptr, self._k)
+        if not np.all(np.isfinite(z)):
+            raise ValueError("the ideal DCG overflows float64: labels are too large")
+        inv_z = np.divide(1.0, z, out=np.zeros_like(z), where=z > 0)
+        return {"gains": gains, "inv_z": inv_z}
+
+    def _value(self, s, prep):
+        a = prep.arrays
+        return K.ndcg_value(
+            s, a["gains"], a["inv_z"], prep.group_ptr, self.alpha, self._k, self.beta,
+            prep.work["pos"],
+        )
+
+    def _grad_hess(self, s, prep, weights, hessian):
+        a = prep.arrays
+        w = prep.work
+        grad = np.empty_like(s)
+        hess = np.empty_like(s)
+        K.ndcg_grad_hess(
+            s, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha, self._k, self.beta,
+            self._mode(hessian), self.hessian_floor, self.hessian_constant, self.normalize,
+            grad, hess, w["pos"], w["v"], w["e"], w["acc_a"], w["acc_b"], w["acc_w"],
+        )
+        return grad, hess
+
+
+class ApproxAP(_ApproxObjective):
+    r"""Negative ApproxAP as a boosting objective.
+
+    .. math::
+
+        \mathrm{ApproxAP} = \frac{1}{R} \sum_y \frac{r_y}{\hat\pi_y}
+        \Big(1 + \sum_{x \ne y} r_x \, \sigma(\beta (\hat\pi_y - \hat\pi_x))\Big)
+
+    with binary relevance :math:`r_i = 1[y_i \ge \mathrm{threshold}]`, :math:`R = \sum_i r_i`
+    and the smoothed positions :math:`\hat\pi` of :class:`ApproxNDCG`. A query with
+    :math:`R = 0` or a single document contributes nothing.
+
+    Parameters
+    ----------
+    alpha : float, default 10.0
+        Sharpness of the smoothed positions.
+    beta : float, default 10.0
+        Sharpness of the smoothed indicator ``1[pos_x < pos_y]``.
+    threshold : float, default 1.0
+        Labels at or above it are relevant.
+    hessian, hessian_floor, hessian_constant, normalize
+        As in :class:`ApproxNDCG`. The exact diagonal (and so ``"abs"`` and ``"mixed"``) costs
+        O(n R^2) per query, against O(n^2 + n R) for ``"bound"`` and ``"constant"``.
+    """
+
+    _extra_work = ("u", "offdiag")
+
+    def __init__(
+        self,
+        *,
+        alpha=10.0,
+        beta=10.0,
+        threshold=1.0,
+        hessian="mixed",
+        hessian_floor=0.1,
+        hessian_constant=1.0,
+        normalize=True,
+    ):
+        super().__init__(
+            alpha=alpha,
+            hessian=hessian,
+            hessian_floor=hessian_floor,
+            hessian_constant=hessian_constant,
+            normalize=normalize,
+        )
+        self.beta = _positive_float("beta", beta)
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+            raise TypeError(f"threshold must be a number, got {threshold!r}")
+        if not math.isfinite(threshold):
+            raise ValueError(f"threshold must be finite, got {threshold!r}")
+        self.threshold = float(threshold)
+
+    def _options(self):
+        return f", beta={self.beta:g}, threshold={self.threshold:g}"
+
+    def _prep_key(self):
+        return ("ap", self.threshold)
+
+    def _prepare_arrays(self, labels, group_ptr):
+        rel = labels >= self.threshold
+        qid = np.repeat(np.arange(group_ptr.shape[0] - 1), np.diff(group_ptr))
+        idx = np.flatnonzero(rel)
+        rel_idx = (idx - group_ptr[qid[idx]]).astype(np.int64)
+        counts = np.bincount(qid[idx], minlength=group_ptr.shape[0] - 1)
+        rel_ptr = np.zeros(group_ptr.shape[0], dtype=np.int64)
+        np.cumsum(counts, out=rel_ptr[1:])
+        inv_r = np.divide(1.0, counts, out=np.zeros(counts.shape[0]), where=counts > 0)
+        return {"rel_idx": rel_idx, "rel_ptr": rel_ptr, "inv_r": inv_r}
+
+    def _value(self, s, prep):
+        a = prep.arrays
+        return K.ap_value(
+            s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, self.alpha, self.beta,
+            prep.work["pos"],
+        )
+
+    def _grad_hess(self, s, prep, weights, hessian):
+        a = prep.arrays
+        w = prep.work
+        grad = np.empty_like(s)
+        hess = np.empty_like(s)
+        K.ap_grad_hess(
+            s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, weights, self.alpha,
+            self.beta, self._mode(hessian), self.hessian_floor, self.hessian_constant,
+            self.normalize, grad, hess, w["pos"], w["v"], w["e"], w["acc_a"], w["acc_b"],
+            w["acc_w"], w["u"], w["offdiag"],
+        )
+        return grad, hess
+
+
+approx_ndcg_obj = ApproxNDCG()
+approx_ap_obj = ApproxAP()
