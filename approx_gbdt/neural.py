@@ -1,0 +1,704 @@
+"""Neural baseline: ApproxNDCG / ApproxAP and classic ranking losses for PyTorch rankers.
+
+This module is optional: it needs PyTorch (``pip install approx-gbdt[neural]``). Importing
+:mod:`approx_gbdt` itself never imports torch.
+
+Two layers:
+
+* Pure loss functions on padded, batched lists: ``scores`` and ``labels`` of shape
+  ``[batch, list_size]`` and a boolean ``mask`` of the same shape (True = real document).
+  Padded entries are excluded from every pairwise sum and every normalisation, and never produce
+  NaN values or gradients. :func:`approx_ndcg` and :func:`approx_ap` return the per-query
+  smoothed *measure* ``M_q`` (higher is better), with exactly the definitions of
+  :mod:`approx_gbdt.objectives`; :func:`ranknet_loss`, :func:`listnet_loss` and
+  :func:`listmle_loss` return per-query *losses* (lower is better).
+* :class:`NeuralRanker`, a scikit-learn style feed-forward ranker in the setting of Bruch et al.
+  (2019): batch normalisation on the input and after each hidden layer, ReLU, Adam, batches of
+  128 queries, learning rate 0.005, early stopping on validation NDCG. ``hidden=()`` gives a
+  linear scoring function (Qin et al. 2010).
+
+Definitions (``sig(x) = 1 / (1 + exp(-x))``, sums over the real documents of one query)::
+
+    pos_i      = 1 + sum_{j != i} sig(alpha (s_j - s_i))
+    ApproxNDCG = (1/Z) sum_i (2^{y_i} - 1) / log2(1 + pos_i)   [* sig(beta (k + 0.5 - pos_i)) @k]
+    ApproxAP   = (1/R) sum_y r_y / pos_y * (1 + sum_{x != y} r_x sig(beta (pos_y - pos_x)))
+
+with ``Z`` the exact ideal DCG (ideal DCG@k for @k), ``r_i = 1[y_i >= threshold]`` and
+``R = sum_i r_i``; a query with ``Z = 0`` (``R = 0``) has ``M_q = 0`` and zero gradient.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+
+import numpy as np
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "approx_gbdt.neural requires PyTorch; install it with: pip install approx-gbdt[neural]"
+    ) from exc
+
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+
+from approx_gbdt.utils import group_ptr_from_sizes
+
+__all__ = [
+    "LOSSES",
+    "NeuralRanker",
+    "approx_ap",
+    "approx_ndcg",
+    "listmle_loss",
+    "listnet_loss",
+    "ranknet_loss",
+    "smooth_positions",
+]
+
+LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
+
+
+# ----------------------------------------------------------------------------------------------
+# Loss functions on padded batches
+# ----------------------------------------------------------------------------------------------
+
+
+def _prepare(scores, labels, mask):
+    """Broadcast to [B, L], fill padded scores/labels with 0, return (s, y, mask)."""
+    if scores.dim() == 1:
+        scores = scores.unsqueeze(0)
+        labels = labels.unsqueeze(0)
+        if mask is not None:
+            mask = mask.unsqueeze(0)
+    if scores.dim() != 2:
+        raise ValueError(f"scores must have shape [batch, list_size], got {tuple(scores.shape)}")
+    if labels.shape != scores.shape:
+        raise ValueError(
+            f"labels shape {tuple(labels.shape)} differs from scores shape {tuple(scores.shape)}"
+        )
+    if mask is None:
+        mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    else:
+        mask = mask.to(device=scores.device, dtype=torch.bool)
+        if mask.shape != scores.shape:
+            raise ValueError(
+                f"mask shape {tuple(mask.shape)} differs from scores shape {tuple(scores.shape)}"
+            )
+    labels = labels.to(device=scores.device, dtype=scores.dtype)
+    zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
+    # Padded entries may hold anything (even NaN/inf); replace them so that no NaN can leak
+    # through a multiplication by zero or into a gradient.
+    scores = torch.where(mask, scores, zero)
+    labels = torch.where(mask, labels, zero)
+    return scores, labels, mask
+
+
+def _pair_mask(mask):
+    """[B, L, L] mask of ordered pairs (i, j) of distinct real documents."""
+    n = mask.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=mask.device)
+    return mask.unsqueeze(-1) & mask.unsqueeze(-2) & ~eye
+
+
+def _check_positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if not (math.isfinite(float(value)) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def _check_k(k):
+    if k is None:
+        return
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"k must be None or an integer >= 1, got {k!r}")
+
+
+def smooth_positions(scores, mask=None, *, alpha=10.0):
+    """Smoothed positions ``pos_i = 1 + sum_{j != i} sig(alpha (s_j - s_i))``.
+
+    Parameters
+    ----------
+    scores : torch.Tensor, shape [B, L] (or [L])
+    mask : torch.Tensor of bool, shape [B, L], optional
+        True for real documents. Padded documents neither count in the sums nor get a
+        meaningful position (their position is 1).
+    alpha : float
+        Sharpness, > 0.
+
+    Returns
+    -------
+    torch.Tensor, shape [B, L]
+    """
+    _check_positive("alpha", alpha)
+    s, _, mask = _prepare(scores, torch.zeros_like(scores), mask)
+    return _positions(s, mask, alpha)
+
+
+def _positions(s, mask, alpha):
+    # diff[b, i, j] = s_j - s_i
+    diff = s.unsqueeze(-2) - s.unsqueeze(-1)
+    sig = torch.sigmoid(alpha * diff)
+    zero = torch.zeros((), dtype=s.dtype, device=s.device)
+    return 1.0 + torch.where(_pair_mask(mask), sig, zero).sum(-1)
+
+
+def _ideal_dcg(gains, k):
+    """Exact ideal DCG(@k) per query from non-negative gains (padded gains are 0)."""
+    sorted_gains = torch.sort(gains, dim=-1, descending=True).values
+    n = gains.shape[-1]
+    ranks = torch.arange(1, n + 1, dtype=gains.dtype, device=gains.device)
+    disc = 1.0 / torch.log2(1.0 + ranks)
+    if k is not None:
+        disc = torch.where(ranks <= k, disc, torch.zeros_like(disc))
+    return (sorted_gains * disc).sum(-1)
+
+
+def approx_ndcg(scores, labels, mask=None, *, alpha=10.0, k=None, beta=10.0):
+    """Per-query ApproxNDCG (or ApproxNDCG@k), the smoothed measure ``M_q`` (not negated).
+
+    ``M = (1/Z) sum_i (2^{y_i} - 1) / log2(1 + pos_i)``, each term multiplied by
+    ``sig(beta (k + 0.5 - pos_i))`` when ``k`` is given; ``Z`` is the exact ideal DCG (@k) of
+    the query. Queries with ``Z = 0`` give 0 with zero gradient.
+
+    Parameters
+    ----------
+    scores, labels : torch.Tensor, shape [B, L] (or [L])
+        Labels are graded relevances >= 0.
+    mask : torch.Tensor of bool, shape [B, L], optional
+        True for real documents, False for padding.
+    alpha : float
+        Sharpness of the position sigmoid, > 0.
+    k : int, optional
+        Truncation; None for the full list.
+    beta : float
+        Sharpness of the truncation sigmoid (only used with ``k``), > 0.
+
+    Returns
+    -------
+    torch.Tensor, shape [B]
+        To train, minimise ``-approx_ndcg(...).mean()``.
+    """
+    _check_positive("alpha", alpha)
+    _check_positive("beta", beta)
+    _check_k(k)
+    s, y, mask = _prepare(scores, labels, mask)
+    zero = torch.zeros((), dtype=s.dtype, device=s.device)
+    gains = torch.where(mask, torch.pow(2.0, y) - 1.0, zero)
+    pos = _positions(s, mask, alpha)  # >= 1, so log2(1 + pos) >= 1: no division by zero
+    terms = gains / torch.log2(1.0 + pos)
+    if k is not None:
+        terms = terms * torch.sigmoid(beta * (k + 0.5 - pos))
+    dcg = terms.sum(-1)
+    z = _ideal_dcg(gains, k)
+    has_rel = z > 0
+    safe_z = torch.where(has_rel, z, torch.ones((), dtype=s.dtype, device=s.device))
+    return torch.where(has_rel, dcg / safe_z, zero)
+
+
+def approx_ap(scores, labels, mask=None, *, alpha=10.0, beta=10.0, threshold=1.0):
+    """Per-query ApproxAP, the smoothed measure ``M_q`` (not negated).
+
+    ``M = (1/R) sum_y r_y / pos_y * (1 + sum_{x != y} r_x sig(beta (pos_y - pos_x)))`` with
+    ``r_i = 1[y_i >= threshold]`` and ``R = sum_i r_i``. Queries with ``R = 0`` give 0.
+
+    Parameters
+    ----------
+    scores, labels : torch.Tensor, shape [B, L] (or [L])
+    mask : torch.Tensor of bool, shape [B, L], optional
+    alpha : float
+        Sharpness of the position sigmoid, > 0.
+    beta : float
+        Sharpness of the sigmoid replacing ``1[pos_x < pos_y]``, > 0.
+    threshold : float
+        Labels >= threshold are relevant.
+
+    Returns
+    -------
+    torch.Tensor, shape [B]
+    """
+    _check_positive("alpha", alpha)
+    _check_positive("beta", beta)
+    s, y, mask = _prepare(scores, labels, mask)
+    zero = torch.zeros((), dtype=s.dtype, device=s.device)
+    rel = mask & (y >= threshold)
+    r = rel.to(s.dtype)
+    n_rel = r.sum(-1)
+    pos = _positions(s, mask, alpha)
+    # dpos[b, y, x] = pos_y - pos_x
+    dpos = pos.unsqueeze(-1) - pos.unsqueeze(-2)
+    sig = torch.sigmoid(beta * dpos)
+    pairs = _pair_mask(mask) & rel.unsqueeze(-2)  # x relevant and real, x != y
+    inner = 1.0 + torch.where(pairs, sig, zero).sum(-1)
+    terms = torch.where(rel, inner / pos, zero)
+    has_rel = n_rel > 0
+    safe_r = torch.where(has_rel, n_rel, torch.ones((), dtype=s.dtype, device=s.device))
+    return torch.where(has_rel, terms.sum(-1) / safe_r, zero)
+
+
+def _informative(y, mask):
+    """Queries whose real labels are not all equal (the only ones with ordering information)."""
+    big = torch.full((), torch.finfo(y.dtype).max, dtype=y.dtype, device=y.device)
+    y_max = torch.where(mask, y, -big).amax(-1)
+    y_min = torch.where(mask, y, big).amin(-1)
+    return y_max > y_min
+
+
+def ranknet_loss(scores, labels, mask=None, *, sigma=1.0):
+    """Per-query RankNet loss (Burges et al. 2005), summed over the pairs of the query.
+
+    ``sum_{(i, j): y_i > y_j} log(1 + exp(-sigma (s_i - s_j)))``. Queries with all labels
+    equal (no pairs) give 0.
+
+    Returns
+    -------
+    torch.Tensor, shape [B]
+    """
+    _check_positive("sigma", sigma)
+    s, y, mask = _prepare(scores, labels, mask)
+    zero = torch.zeros((), dtype=s.dtype, device=s.device)
+    # pairs[b, i, j] = y_i > y_j, both real
+    pairs = _pair_mask(mask) & (y.unsqueeze(-1) > y.unsqueeze(-2))
+    sdiff = s.unsqueeze(-1) - s.unsqueeze(-2)
+    return torch.where(pairs, nn.functional.softplus(-sigma * sdiff), zero).sum((-2, -1))
+
+
+def _masked_log_softmax(x, mask):
+    fill = torch.full((), torch.finfo(x.dtype).min / 4, dtype=x.dtype, device=x.device)
+    return torch.log_softmax(torch.where(mask, x, fill), dim=-1)
+
+
+def listnet_loss(scores, labels, mask=None):
+    """Per-query ListNet loss (Cao et al. 2007), top-1 version.
+
+    Cross-entropy ``- sum_i P_y(i) log P_s(i)`` between the top-1 probabilities of the labels,
+    ``P_y = softmax(y)`` (Cao et al.'s ``phi = exp`` applied to the raw labels, not to
+    ``2^y - 1``), and of the scores, ``P_s = softmax(s)``, both over the real documents.
+    Queries whose labels are all equal carry no ordering information and give 0 (so do
+    single-document queries).
+
+    Returns
+    -------
+    torch.Tensor, shape [B]
+    """
+    s, y, mask = _prepare(scores, labels, mask)
+    zero = torch.zeros((), dtype=s.dtype, device=s.device)
+    p_y = torch.where(mask, torch.exp(_masked_log_softmax(y, mask)), zero)
+    log_p_s = torch.where(mask, _masked_log_softmax(s, mask), zero)
+    loss = -(p_y * log_p_s).sum(-1)
+    return torch.where(_informative(y, mask), loss, zero)
+
+
+def listmle_loss(scores, labels, mask=None, *, generator=None):
+    """Per-query ListMLE loss (Xia et al. 2008): negative Plackett-Luce log-likelihood.
+
+    ``- sum_{i=1}^{n} [s_{pi(i)} - log sum_{j >= i} exp(s_{pi(j)})]`` for the permutation ``pi``
+    sorting the labels in descending order. Ties between equal labels are broken by stable
+    (document) order when ``generator`` is None, and uniformly at random, drawn from
+    ``generator`` (a CPU ``torch.Generator``), otherwise. Queries whose labels are all equal
+    give 0.
+
+    Returns
+    -------
+    torch.Tensor, shape [B]
+    """
+    s, y, mask = _prepare(scores, labels, mask)
+    zero = torch.zeros((), dtype=s.dtype, device=s.device)
+    neg_inf = torch.full((), -math.inf, dtype=s.dtype, device=s.device)
+    if generator is not None:
+        noise = torch.rand(s.shape, generator=generator, dtype=torch.float64).to(s.device)
+        perm = torch.argsort(noise, dim=-1)
+    else:
+        perm = torch.arange(s.shape[-1], device=s.device).expand(s.shape)
+    # padded entries last (key -inf), then labels descending; stable keeps the permutation order
+    key = torch.where(mask, y, neg_inf).gather(-1, perm)
+    order = perm.gather(-1, torch.sort(key, dim=-1, descending=True, stable=True).indices)
+    s_sorted = s.gather(-1, order)
+    m_sorted = mask.gather(-1, order)
+    fill = torch.full((), torch.finfo(s.dtype).min / 4, dtype=s.dtype, device=s.device)
+    s_filled = torch.where(m_sorted, s_sorted, fill)
+    # log sum_{j >= i} exp(s_j): reverse cumulative logsumexp
+    lse = torch.flip(torch.logcumsumexp(torch.flip(s_filled, [-1]), dim=-1), [-1])
+    terms = torch.where(m_sorted, lse - s_sorted, zero)
+    loss = terms.sum(-1)
+    return torch.where(_informative(y, mask), loss, zero)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact NDCG for early stopping
+# ----------------------------------------------------------------------------------------------
+
+
+def _ndcg(scores, labels, group_ptr, k=10):
+    """Mean exact NDCG@k (k=None: full list) over the queries with a relevant document.
+
+    Gain ``2^y - 1``, discount ``1/log2(1 + rank)``; ties in scores in stable (row) order.
+    Returns 0.0 when no query has a relevant document.
+    TODO: switch to approx_gbdt.metrics.ndcg once that module exists.
+    """
+    total, count = 0.0, 0
+    for q in range(len(group_ptr) - 1):
+        lo, hi = group_ptr[q], group_ptr[q + 1]
+        y = labels[lo:hi]
+        gains = np.exp2(y) - 1.0
+        kk = hi - lo if k is None else min(k, hi - lo)
+        disc = 1.0 / np.log2(np.arange(2, kk + 2))
+        ideal = float(np.sort(gains)[::-1][:kk] @ disc)
+        if ideal <= 0:
+            continue
+        order = np.argsort(-scores[lo:hi], kind="stable")[:kk]
+        total += float(gains[order] @ disc) / ideal
+        count += 1
+    return total / count if count else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# The ranker
+# ----------------------------------------------------------------------------------------------
+
+
+def _as_2d_float(X, name):
+    if hasattr(X, "toarray"):  # scipy sparse (load_svmlight_file)
+        X = X.toarray()
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [n_documents, n_features], got shape {X.shape}")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} has no rows")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return X
+
+
+def _check_xyg(X, y, group, name="X"):
+    X = _as_2d_float(X, name)
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise ValueError(f"labels must be 1-D with {X.shape[0]} entries, got shape {y.shape}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("labels contain NaN or infinite values")
+    if np.any(y < 0):
+        raise ValueError("labels must be non-negative relevance grades")
+    if group is None:
+        raise ValueError("group (query sizes) is required for ranking")
+    ptr = group_ptr_from_sizes(group, n_rows=X.shape[0])
+    return X, y, ptr
+
+
+def _predict(net, X, chunk=65536):
+    """Eval-mode scores of a float64 numpy matrix, as float64 numpy."""
+    was_training = net.training
+    net.eval()
+    device = next(net.parameters()).device
+    out = []
+    with torch.no_grad():
+        for start in range(0, X.shape[0], chunk):
+            xb = torch.as_tensor(X[start : start + chunk], dtype=torch.float32, device=device)
+            out.append(net(xb).to("cpu", torch.float64).numpy())
+    net.train(was_training)
+    return np.concatenate(out)
+
+
+class _Net(nn.Module):
+    """BatchNorm(input) -> [Linear -> BatchNorm -> ReLU] * len(hidden) -> Linear(1)."""
+
+    def __init__(self, n_features, hidden, momentum):
+        super().__init__()
+        layers = [nn.BatchNorm1d(n_features, momentum=momentum)]
+        width = n_features
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.BatchNorm1d(h, momentum=momentum), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, 1))
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.layers(x).squeeze(-1)
+
+
+class NeuralRanker(BaseEstimator):
+    """Feed-forward neural ranker trained with ApproxNDCG, ApproxAP, RankNet, ListNet or ListMLE.
+
+    Architecture after Bruch et al. (2019): batch normalisation on the input features, then per
+    hidden layer ``Linear -> BatchNorm -> ReLU`` (the paper puts batch normalisation "between
+    consecutive layers"; we normalise the pre-activations, as Ioffe & Szegedy and TF-Ranking's
+    examples do), then a final ``Linear`` to one score. ``hidden=()`` is a linear model of the
+    (normalised) features, as in Qin et al. (2010). Batch statistics use only real documents:
+    the network is applied to the flat tensor of a batch's documents and the scores are then
+    scattered into the padded ``[batch_queries, max_len]`` layout for the loss.
+
+    Training: Adam, batches of ``batch_queries`` queries reshuffled each epoch, loss
+    ``-mean_q M_q`` for ApproxNDCG/ApproxAP and ``mean_q loss_q`` for the others (mean over the
+    queries of the batch). After each epoch, the exact validation NDCG@``eval_at`` (mean over
+    queries with a relevant document) is computed; training stops after ``patience`` epochs
+    without improvement and the best epoch's weights are restored.
+
+    Parameters
+    ----------
+    loss : {"approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle"}
+    hidden : tuple of int
+        Hidden layer widths; ``()`` for a linear model.
+    alpha : float
+        Position sharpness for the approx losses.
+    beta : float
+        Truncation sharpness (ApproxNDCG@k, ApproxAP).
+    k : int, optional
+        Truncation of ApproxNDCG; None for the full list.
+    threshold : float
+        Relevance threshold of ApproxAP.
+    lr : float
+        Adam learning rate (Bruch et al.: 0.005).
+    batch_queries : int
+        Queries per batch (Bruch et al.: 128).
+    max_epochs : int
+    patience : int
+        Early stopping patience in epochs (only with ``eval_set``).
+    seed : int
+        Seeds weight initialisation, shuffling and ListMLE tie breaking.
+    device : str or torch.device, optional
+        None: CUDA when available, else CPU.
+    verbose : bool
+        Print the validation NDCG per epoch.
+    eval_at : int or None
+        Cut-off of the validation NDCG used for early stopping (None: full list). Bruch et al.
+        selected models on NDCG@5; the default 10 matches this project's GBDT protocol.
+    batchnorm_momentum : float
+        PyTorch BatchNorm momentum (Bruch et al.'s TensorFlow momentum 0.8 on Web30K is 0.2
+        here, 0.99 on Yahoo! is 0.01).
+
+    Attributes
+    ----------
+    n_features_in_ : int
+    model_ : torch.nn.Module
+        The trained network (best epoch), in eval mode.
+    history_ : list of float
+        Validation NDCG after each epoch (empty without ``eval_set``).
+    best_iteration_ : int
+        Number of epochs of the kept weights (1-based: ``history_[best_iteration_ - 1]``).
+    best_score_ : float or None
+        Validation NDCG of the kept weights.
+    initial_score_ : float or None
+        Validation NDCG of the untrained network.
+    train_loss_ : list of float
+        Mean training loss per epoch.
+    """
+
+    def __init__(
+        self,
+        loss="approx_ndcg",
+        hidden=(64, 32, 16),
+        alpha=10.0,
+        beta=10.0,
+        k=None,
+        threshold=1.0,
+        lr=0.005,
+        batch_queries=128,
+        max_epochs=100,
+        patience=10,
+        seed=0,
+        device=None,
+        verbose=False,
+        eval_at=10,
+        batchnorm_momentum=0.1,
+    ):
+        self.loss = loss
+        self.hidden = hidden
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+        self.threshold = threshold
+        self.lr = lr
+        self.batch_queries = batch_queries
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.seed = seed
+        self.device = device
+        self.verbose = verbose
+        self.eval_at = eval_at
+        self.batchnorm_momentum = batchnorm_momentum
+
+    # -- validation --------------------------------------------------------------------------
+
+    def _check_params(self):
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; choose one of {LOSSES}")
+        _check_positive("alpha", self.alpha)
+        _check_positive("beta", self.beta)
+        _check_k(self.k)
+        if not (isinstance(self.threshold, numbers.Real) and math.isfinite(self.threshold)):
+            raise ValueError(f"threshold must be a finite number, got {self.threshold!r}")
+        _check_positive("lr", self.lr)
+        try:
+            hidden = tuple(int(h) for h in self.hidden)
+        except TypeError as exc:
+            raise ValueError(f"hidden must be a tuple of ints, got {self.hidden!r}") from exc
+        if any(h < 1 for h in hidden):
+            raise ValueError(f"hidden layer widths must be >= 1, got {self.hidden!r}")
+        for name in ("batch_queries", "max_epochs", "patience"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.eval_at is not None:
+            ea = self.eval_at
+            if isinstance(ea, bool) or not isinstance(ea, numbers.Integral) or ea < 1:
+                raise ValueError(f"eval_at must be None or an integer >= 1, got {ea!r}")
+        m = self.batchnorm_momentum
+        if not (isinstance(m, numbers.Real) and 0 < m <= 1):
+            raise ValueError(f"batchnorm_momentum must be in (0, 1], got {m!r}")
+        return hidden
+
+    def _device(self):
+        if self.device is not None:
+            return torch.device(self.device)
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    # -- training ----------------------------------------------------------------------------
+
+    def _batch_loss(self, s, y, mask, generator):
+        if self.loss == "approx_ndcg":
+            per_q = -approx_ndcg(s, y, mask, alpha=self.alpha, k=self.k, beta=self.beta)
+        elif self.loss == "approx_ap":
+            per_q = -approx_ap(
+                s, y, mask, alpha=self.alpha, beta=self.beta, threshold=self.threshold
+            )
+        elif self.loss == "ranknet":
+            per_q = ranknet_loss(s, y, mask)
+        elif self.loss == "listnet":
+            per_q = listnet_loss(s, y, mask)
+        else:
+            per_q = listmle_loss(s, y, mask, generator=generator)
+        return per_q.mean()
+
+    def fit(self, X, y, group, eval_set=None):
+        """Train on queries given by their sizes ``group`` (rows contiguous by query).
+
+        Parameters
+        ----------
+        X : array_like or scipy sparse, shape (n_documents, n_features)
+        y : array_like, shape (n_documents,)
+            Relevance grades >= 0.
+        group : array_like of int
+            Query sizes, in row order (LightGBM's ``group``), adding up to ``n_documents``.
+        eval_set : tuple (X_valid, y_valid, group_valid), optional
+            Validation queries for early stopping and model selection.
+
+        Returns
+        -------
+        self
+        """
+        hidden = self._check_params()
+        X, y, ptr = _check_xyg(X, y, group)
+        valid = None
+        if eval_set is not None:
+            if isinstance(eval_set, list) and len(eval_set) == 1:
+                eval_set = eval_set[0]
+            if not (isinstance(eval_set, tuple) and len(eval_set) == 3):
+                raise ValueError("eval_set must be a tuple (X_valid, y_valid, group_valid)")
+            Xv, yv, ptr_v = _check_xyg(*eval_set, name="X_valid")
+            if Xv.shape[1] != X.shape[1]:
+                raise ValueError(
+                    f"X_valid has {Xv.shape[1]} features but X has {X.shape[1]}"
+                )
+            valid = (Xv, yv, ptr_v)
+
+        device = self._device()
+        self.n_features_in_ = X.shape[1]
+        dtype = torch.float32
+        X_t = torch.as_tensor(X, dtype=dtype, device=device)
+        y_t = torch.as_tensor(y, dtype=dtype, device=device)
+        sizes = np.diff(ptr)
+        n_queries = sizes.size
+
+        was_deterministic = torch.are_deterministic_algorithms_enabled()
+        was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+                torch.manual_seed(self.seed)
+                net = _Net(X.shape[1], hidden, self.batchnorm_momentum).to(device)
+            generator = torch.Generator().manual_seed(self.seed)
+            opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+
+            self.history_ = []
+            self.train_loss_ = []
+            self.initial_score_ = None
+            best_state, best_score, best_epoch = None, -math.inf, 0
+            if valid is not None:
+                self.initial_score_ = _ndcg(
+                    _predict(net, valid[0]), valid[1], valid[2], self.eval_at
+                )
+            bad_epochs = 0
+            for epoch in range(1, self.max_epochs + 1):
+                net.train()
+                order = torch.randperm(n_queries, generator=generator).numpy()
+                total, n_batches = 0.0, 0
+                for start in range(0, n_queries, self.batch_queries):
+                    qs = order[start : start + self.batch_queries]
+                    qsizes = sizes[qs]
+                    if qsizes.sum() < 2:  # BatchNorm needs two rows; no ranking signal anyway
+                        continue
+                    rows = np.concatenate([np.arange(ptr[q], ptr[q + 1]) for q in qs])
+                    rows_t = torch.as_tensor(rows, device=device)
+                    max_len = int(qsizes.max())
+                    mask = torch.as_tensor(
+                        np.arange(max_len)[None, :] < qsizes[:, None], device=device
+                    )
+                    flat = net(X_t[rows_t])
+                    s = torch.zeros(mask.shape, dtype=dtype, device=device).masked_scatter(
+                        mask, flat
+                    )
+                    yy = torch.zeros(mask.shape, dtype=dtype, device=device).masked_scatter(
+                        mask, y_t[rows_t]
+                    )
+                    loss = self._batch_loss(s, yy, mask, generator)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach())
+                    n_batches += 1
+                self.train_loss_.append(total / max(n_batches, 1))
+
+                if valid is None:
+                    best_epoch = epoch
+                    continue
+                score = _ndcg(_predict(net, valid[0]), valid[1], valid[2], self.eval_at)
+                self.history_.append(score)
+                if self.verbose:
+                    print(
+                        f"[NeuralRanker] epoch {epoch:4d}  train loss "
+                        f"{self.train_loss_[-1]:.6f}  valid NDCG@{self.eval_at}: {score:.6f}"
+                    )
+                if score > best_score:
+                    best_score, best_epoch, bad_epochs = score, epoch, 0
+                    best_state = copy.deepcopy(net.state_dict())
+                else:
+                    bad_epochs += 1
+                    if bad_epochs >= self.patience:
+                        break
+            if best_state is not None:
+                net.load_state_dict(best_state)
+        finally:
+            torch.use_deterministic_algorithms(was_deterministic, warn_only=was_warn_only)
+
+        net.eval()
+        self.model_ = net
+        self.best_iteration_ = best_epoch
+        self.best_score_ = best_score if valid is not None else None
+        return self
+
+    # -- prediction --------------------------------------------------------------------------
+
+    def predict(self, X):
+        """Scores of the documents (higher = more relevant), float64 of shape (n_documents,)."""
+        if not hasattr(self, "model_"):
+            raise NotFittedError("this NeuralRanker is not fitted yet; call fit first")
+        X = _as_2d_float(X, "X")
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features but the model was fitted with {self.n_features_in_}"
+            )
+        return _predict(self.model_, X)
