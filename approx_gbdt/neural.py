@@ -46,6 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
+from approx_gbdt.metrics import mean_over_queries, ndcg
 from approx_gbdt.utils import group_ptr_from_sizes
 
 __all__ = [
@@ -336,24 +337,11 @@ def listmle_loss(scores, labels, mask=None, *, generator=None):
 def _ndcg(scores, labels, group_ptr, k=10):
     """Mean exact NDCG@k (k=None: full list) over the queries with a relevant document.
 
-    Gain ``2^y - 1``, discount ``1/log2(1 + rank)``; ties in scores in stable (row) order.
-    Returns 0.0 when no query has a relevant document.
-    TODO: switch to approx_gbdt.metrics.ndcg once that module exists.
+    :func:`approx_gbdt.metrics.ndcg` with the project's default worst-case tie rule, averaged
+    with ``undefined="exclude"`` (Bruch et al.); 0.0 when no query has a relevant document.
     """
-    total, count = 0.0, 0
-    for q in range(len(group_ptr) - 1):
-        lo, hi = group_ptr[q], group_ptr[q + 1]
-        y = labels[lo:hi]
-        gains = np.exp2(y) - 1.0
-        kk = hi - lo if k is None else min(k, hi - lo)
-        disc = 1.0 / np.log2(np.arange(2, kk + 2))
-        ideal = float(np.sort(gains)[::-1][:kk] @ disc)
-        if ideal <= 0:
-            continue
-        order = np.argsort(-scores[lo:hi], kind="stable")[:kk]
-        total += float(gains[order] @ disc) / ideal
-        count += 1
-    return total / count if count else 0.0
+    value = mean_over_queries(ndcg(scores, labels, group_ptr, k=k), undefined="exclude")
+    return 0.0 if math.isnan(value) else float(value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,7 +422,8 @@ class NeuralRanker(BaseEstimator):
     Training: Adam, batches of ``batch_queries`` queries reshuffled each epoch, loss
     ``-mean_q M_q`` for ApproxNDCG/ApproxAP and ``mean_q loss_q`` for the others (mean over the
     queries of the batch). After each epoch, the exact validation NDCG@``eval_at`` (mean over
-    queries with a relevant document) is computed; training stops after ``patience`` epochs
+    queries with a relevant document, equal scores ranked worst case, as
+    :func:`approx_gbdt.metrics.ndcg`) is computed; training stops after ``patience`` epochs
     without improvement and the best epoch's weights are restored.
 
     Parameters
