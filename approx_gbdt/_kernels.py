@@ -240,16 +240,17 @@ def ap_value(s, rel_idx, rel_ptr, inv_r, group_ptr, alpha, beta, pos):
         if inv_r[q] == 0.0:
             continue
         a0 = group_ptr[q]
-        _positions_query(s[a0:group_ptr[q + 1]], alpha, pos[a0:group_ptr[q + 1]])
+        pq = pos[a0:group_ptr[q + 1]]
+        _positions_query(s[a0:group_ptr[q + 1]], alpha, pq)
         r0 = rel_ptr[q]
         r1 = rel_ptr[q + 1]
         acc = 0.0
         for ia in range(r0, r1):
-            pa = pos[rel_idx[ia]]
+            pa = pq[rel_idx[ia]]
             inner = 1.0
             for ib in range(r0, r1):
                 if ib != ia:
-                    sab, _, _ = _sig_pair(beta * (pa - pos[rel_idx[ib]]))
+                    sab, _, _ = _sig_pair(beta * (pa - pq[rel_idx[ib]]))
                     inner += sab
             acc += inner / pa
         out[q] = acc * inv_r[q]

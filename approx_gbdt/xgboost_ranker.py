@@ -1,0 +1,228 @@
+"""A scikit-learn style XGBoost ranker that accepts the approx_gbdt objectives.
+
+``xgboost.XGBRanker`` refuses callable objectives (``ValueError: custom objective function not
+supported by XGBRanker``), so this estimator drives ``xgboost.train`` itself. LightGBM users
+need nothing of the sort: ``lightgbm.LGBMRanker(objective=approx_ndcg_obj)`` works as it is.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import xgboost as xgb
+from sklearn.base import BaseEstimator
+
+from approx_gbdt.objectives import approx_ndcg_obj
+from approx_gbdt.utils import group_ptr_from_qid, group_ptr_from_sizes, group_sizes_from_ptr
+
+__all__ = ["ApproxXGBRanker"]
+
+
+def _query_layout(n_rows, group, qid, what):
+    """Row order and query sizes from ``group`` (sizes) or ``qid`` (ids; sorted stably here)."""
+    if (group is None) == (qid is None):
+        raise ValueError(f"{what}: pass exactly one of group= (query sizes) or qid= (query ids)")
+    if group is not None:
+        ptr = group_ptr_from_sizes(group, n_rows=n_rows)
+        return None, group_sizes_from_ptr(ptr)
+    qid = np.asarray(qid)
+    if qid.shape != (n_rows,):
+        raise ValueError(f"{what}: qid has shape {qid.shape}, expected ({n_rows},)")
+    order = None
+    if np.any(qid[1:] < qid[:-1]):
+        order = np.argsort(qid, kind="stable")
+        qid = qid[order]
+    return order, group_sizes_from_ptr(group_ptr_from_qid(qid))
+
+
+def _dmatrix(X, y, group, qid, weight, what):
+    X = np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
+    if X.ndim != 2:
+        raise ValueError(f"{what}: X must be 2-D, got shape {X.shape}")
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"{what}: X has {X.shape[0]} rows but y has {y.shape[0]} labels")
+    order, sizes = _query_layout(X.shape[0], group, qid, what)
+    if order is not None:
+        X, y = X[order], y[order]
+    d = xgb.DMatrix(X, label=y)
+    d.set_group(sizes)
+    if weight is not None:
+        w = np.asarray(weight, dtype=np.float64).ravel()
+        if w.shape[0] != sizes.shape[0]:
+            raise ValueError(
+                f"{what}: XGBoost ranking weights are per query: got {w.shape[0]} weights "
+                f"for {sizes.shape[0]} queries"
+            )
+        d.set_weight(w)
+    return d
+
+
+class ApproxXGBRanker(BaseEstimator):
+    """Gradient-boosted ranker on XGBoost with an approx_gbdt (or any callable) objective.
+
+    Parameters
+    ----------
+    objective : callable, default approx_ndcg_obj
+        ``f(preds, dmatrix) -> (grad, hess)``, e.g. :data:`approx_ndcg_obj`,
+        :class:`ApproxNDCG` or :class:`ApproxAP` instances.
+    n_estimators : int, default 100
+        Boosting rounds (the upper bound when early stopping).
+    learning_rate, max_depth, min_child_weight, reg_lambda, subsample, colsample_bytree,
+    tree_method, max_bin, random_state, n_jobs
+        XGBoost's parameters of the same meaning (``eta``, ``lambda``, ``seed``,
+        ``nthread``).
+    eval_at : sequence of int, default (10,)
+        Cut-offs of XGBoost's ``ndcg@k`` metric on ``eval_set``; early stopping watches the
+        last one on the last evaluation set.
+    early_stopping_rounds : int, optional
+    xgb_params : dict, optional
+        Any further ``xgboost.train`` parameters.
+
+    Attributes
+    ----------
+    booster_ : xgboost.Booster
+    evals_result_ : dict
+    best_iteration : int
+        Best round (0-based) when early stopping was used, else the last round.
+    n_features_in_ : int
+
+    Notes
+    -----
+    Sample weights are per query (XGBoost's convention for ranking). ``qid`` need not be
+    sorted: rows are sorted stably by query id for training. Predictions use the best round
+    when early stopping was used.
+    """
+
+    def __init__(
+        self,
+        *,
+        objective=approx_ndcg_obj,
+        n_estimators=100,
+        learning_rate=0.1,
+        max_depth=6,
+        min_child_weight=1.0,
+        reg_lambda=1.0,
+        subsample=1.0,
+        colsample_bytree=1.0,
+        tree_method="hist",
+        max_bin=256,
+        eval_at=(10,),
+        early_stopping_rounds=None,
+        random_state=0,
+        n_jobs=None,
+        xgb_params=None,
+    ):
+        self.objective = objective
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.min_child_weight = min_child_weight
+        self.reg_lambda = reg_lambda
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.tree_method = tree_method
+        self.max_bin = max_bin
+        self.eval_at = eval_at
+        self.early_stopping_rounds = early_stopping_rounds
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.xgb_params = xgb_params
+
+    def _params(self):
+        if not callable(self.objective):
+            raise TypeError(f"objective must be callable, got {self.objective!r}")
+        if isinstance(self.n_estimators, bool) or not isinstance(
+            self.n_estimators, numbers.Integral
+        ) or self.n_estimators < 1:
+            raise ValueError(f"n_estimators must be a positive integer, got {self.n_estimators!r}")
+        eval_at = [int(k) for k in self.eval_at]
+        if not eval_at or min(eval_at) < 1:
+            raise ValueError(f"eval_at must hold positive cut-offs, got {self.eval_at!r}")
+        params = {
+            "eta": self.learning_rate,
+            "max_depth": self.max_depth,
+            "min_child_weight": self.min_child_weight,
+            "lambda": self.reg_lambda,
+            "subsample": self.subsample,
+            "colsample_bytree": self.colsample_bytree,
+            "tree_method": self.tree_method,
+            "max_bin": self.max_bin,
+            "seed": self.random_state,
+            "eval_metric": [f"ndcg@{k}" for k in eval_at],
+            "disable_default_eval_metric": 1,
+        }
+        if self.n_jobs is not None:
+            params["nthread"] = self.n_jobs
+        params.update(self.xgb_params or {})
+        return params
+
+    def fit(
+        self,
+        X,
+        y,
+        *,
+        group=None,
+        qid=None,
+        sample_weight=None,
+        eval_set=None,
+        eval_group=None,
+        eval_qid=None,
+        verbose=False,
+    ):
+        """Fit on ``X, y`` with queries given by ``group`` (sizes) or ``qid`` (ids).
+
+        ``eval_set`` is a list of ``(X, y)`` pairs with ``eval_group`` or ``eval_qid`` lists
+        of the same length.
+        """
+        params = self._params()
+        dtrain = _dmatrix(X, y, group, qid, sample_weight, "training data")
+        evals = []
+        eval_set = list(eval_set or [])
+        for name, seq in (("eval_group", eval_group), ("eval_qid", eval_qid)):
+            if seq is not None and len(seq) != len(eval_set):
+                raise ValueError(f"{name} must have one entry per eval_set pair")
+        for i, (Xv, yv) in enumerate(eval_set):
+            gv = eval_group[i] if eval_group is not None else None
+            qv = eval_qid[i] if eval_qid is not None else None
+            evals.append((_dmatrix(Xv, yv, gv, qv, None, f"eval_set[{i}]"), f"validation_{i}"))
+        if self.early_stopping_rounds is not None and not evals:
+            raise ValueError("early_stopping_rounds needs an eval_set")
+        self.evals_result_ = {}
+        self.booster_ = xgb.train(
+            params,
+            dtrain,
+            num_boost_round=self.n_estimators,
+            evals=evals,
+            obj=self.objective,
+            early_stopping_rounds=self.early_stopping_rounds,
+            evals_result=self.evals_result_,
+            verbose_eval=verbose,
+        )
+        self.n_features_in_ = dtrain.num_col()
+        if self.early_stopping_rounds is not None:
+            self.best_iteration = self.booster_.best_iteration
+            self.best_score = self.booster_.best_score
+        else:
+            self.best_iteration = self.booster_.num_boosted_rounds() - 1
+        return self
+
+    def predict(self, X):
+        """Scores (higher ranks first), from the best round when early stopping was used."""
+        if not hasattr(self, "booster_"):
+            raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
+        X = np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has shape {X.shape}; the model was fitted on {self.n_features_in_} features"
+            )
+        return self.booster_.predict(
+            xgb.DMatrix(X), iteration_range=(0, self.best_iteration + 1)
+        ).astype(np.float64)
+
+    def get_booster(self):
+        """The fitted ``xgboost.Booster``."""
+        if not hasattr(self, "booster_"):
+            raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
+        return self.booster_
