@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
-from approx_gbdt.metrics import mean_over_queries, ndcg
+from approx_gbdt.metrics import average_precision, mean_over_queries, ndcg
 from approx_gbdt.utils import group_ptr_from_sizes
 
 __all__ = [
@@ -344,6 +344,13 @@ def _ndcg(scores, labels, group_ptr, k=10):
     return 0.0 if math.isnan(value) else float(value)
 
 
+def _map(scores, labels, group_ptr, k=None, threshold=1.0):
+    """Mean exact AP@k (k=None: full list) over the queries with a relevant document."""
+    per_q = average_precision(scores, labels, group_ptr, k=k, threshold=threshold)
+    value = mean_over_queries(per_q, undefined="exclude")
+    return 0.0 if math.isnan(value) else float(value)
+
+
 # ----------------------------------------------------------------------------------------------
 # The ranker
 # ----------------------------------------------------------------------------------------------
@@ -421,10 +428,10 @@ class NeuralRanker(BaseEstimator):
 
     Training: Adam, batches of ``batch_queries`` queries reshuffled each epoch, loss
     ``-mean_q M_q`` for ApproxNDCG/ApproxAP and ``mean_q loss_q`` for the others (mean over the
-    queries of the batch). After each epoch, the exact validation NDCG@``eval_at`` (mean over
-    queries with a relevant document, equal scores ranked worst case, as
-    :func:`approx_gbdt.metrics.ndcg`) is computed; training stops after ``patience`` epochs
-    without improvement and the best epoch's weights are restored.
+    queries of the batch). After each epoch, the exact validation NDCG@``eval_at`` (or MAP@
+    ``eval_at`` with ``eval_metric="map"``; mean over queries with a relevant document, equal
+    scores ranked worst case, as :mod:`approx_gbdt.metrics`) is computed; training stops after
+    ``patience`` epochs without improvement and the best epoch's weights are restored.
 
     Parameters
     ----------
@@ -453,8 +460,11 @@ class NeuralRanker(BaseEstimator):
     verbose : bool
         Print the validation NDCG per epoch.
     eval_at : int or None
-        Cut-off of the validation NDCG used for early stopping (None: full list). Bruch et al.
-        selected models on NDCG@5; the default 10 matches this project's GBDT protocol.
+        Cut-off of the validation measure used for early stopping (None: full list). Bruch et
+        al. selected models on NDCG@5; the default 10 matches this project's GBDT protocol.
+    eval_metric : {"ndcg", "map"}
+        Validation measure for early stopping: NDCG@eval_at (default) or MAP@eval_at with
+        relevance ``label >= threshold`` (Qin et al. select ApproxAP models on MAP).
     batchnorm_momentum : float
         PyTorch BatchNorm momentum (Bruch et al.'s TensorFlow momentum 0.8 on Web30K is 0.2
         here, 0.99 on Yahoo! is 0.01).
@@ -465,13 +475,14 @@ class NeuralRanker(BaseEstimator):
     model_ : torch.nn.Module
         The trained network (best epoch), in eval mode.
     history_ : list of float
-        Validation NDCG after each epoch (empty without ``eval_set``).
+        Validation measure (NDCG@eval_at by default) after each epoch (empty without
+        ``eval_set``).
     best_iteration_ : int
         Number of epochs of the kept weights (1-based: ``history_[best_iteration_ - 1]``).
     best_score_ : float or None
-        Validation NDCG of the kept weights.
+        Validation measure of the kept weights.
     initial_score_ : float or None
-        Validation NDCG of the untrained network.
+        Validation measure of the untrained network.
     train_loss_ : list of float
         Mean training loss per epoch.
     """
@@ -492,6 +503,7 @@ class NeuralRanker(BaseEstimator):
         device=None,
         verbose=False,
         eval_at=10,
+        eval_metric="ndcg",
         batchnorm_momentum=0.1,
     ):
         self.loss = loss
@@ -508,6 +520,7 @@ class NeuralRanker(BaseEstimator):
         self.device = device
         self.verbose = verbose
         self.eval_at = eval_at
+        self.eval_metric = eval_metric
         self.batchnorm_momentum = batchnorm_momentum
 
     # -- validation --------------------------------------------------------------------------
@@ -535,6 +548,8 @@ class NeuralRanker(BaseEstimator):
             ea = self.eval_at
             if isinstance(ea, bool) or not isinstance(ea, numbers.Integral) or ea < 1:
                 raise ValueError(f"eval_at must be None or an integer >= 1, got {ea!r}")
+        if self.eval_metric not in ("ndcg", "map"):
+            raise ValueError(f"eval_metric must be 'ndcg' or 'map', got {self.eval_metric!r}")
         m = self.batchnorm_momentum
         if not (isinstance(m, numbers.Real) and 0 < m <= 1):
             raise ValueError(f"batchnorm_momentum must be in (0, 1], got {m!r}")
@@ -546,6 +561,12 @@ class NeuralRanker(BaseEstimator):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     # -- training ----------------------------------------------------------------------------
+
+    def _score(self, net, valid):
+        pred = _predict(net, valid[0])
+        if self.eval_metric == "map":
+            return _map(pred, valid[1], valid[2], k=self.eval_at, threshold=self.threshold)
+        return _ndcg(pred, valid[1], valid[2], k=self.eval_at)
 
     def _batch_loss(self, s, y, mask, generator):
         if self.loss == "approx_ndcg":
@@ -617,9 +638,7 @@ class NeuralRanker(BaseEstimator):
             self.initial_score_ = None
             best_state, best_score, best_epoch = None, -math.inf, 0
             if valid is not None:
-                self.initial_score_ = _ndcg(
-                    _predict(net, valid[0]), valid[1], valid[2], self.eval_at
-                )
+                self.initial_score_ = self._score(net, valid)
             bad_epochs = 0
             for epoch in range(1, self.max_epochs + 1):
                 net.train()
@@ -654,12 +673,13 @@ class NeuralRanker(BaseEstimator):
                 if valid is None:
                     best_epoch = epoch
                     continue
-                score = _ndcg(_predict(net, valid[0]), valid[1], valid[2], self.eval_at)
+                score = self._score(net, valid)
                 self.history_.append(score)
                 if self.verbose:
                     print(
                         f"[NeuralRanker] epoch {epoch:4d}  train loss "
-                        f"{self.train_loss_[-1]:.6f}  valid NDCG@{self.eval_at}: {score:.6f}"
+                        f"{self.train_loss_[-1]:.6f}  valid {self.eval_metric}@{self.eval_at}: "
+                        f"{score:.6f}"
                     )
                 if score > best_score:
                     best_score, best_epoch, bad_epochs = score, epoch, 0

@@ -418,6 +418,17 @@ def test_linear_model_and_approx_ndcg_at_k(data):
     assert len(linear) == 1 and linear[0].in_features == X.shape[1]
 
 
+def test_early_stopping_on_map(data):
+    (X, y, g), (Xv, yv, gv) = data
+    model = NeuralRanker(loss="approx_ap", hidden=(8,), max_epochs=4, eval_metric="map",
+                         eval_at=None, threshold=2.0)
+    model.fit(X, y, g, eval_set=(Xv, yv, gv))
+    ptr = np.concatenate(([0], np.cumsum(gv)))
+    got = neural._map(model.predict(Xv), yv, ptr, threshold=2.0)
+    assert got == pytest.approx(model.best_score_, abs=1e-12)
+    assert model.best_score_ > model.initial_score_
+
+
 def test_same_seed_same_predictions(data):
     (X, y, g), (Xv, yv, gv) = data
     kw = dict(hidden=(8,), max_epochs=3, batch_queries=16, loss="listmle")
@@ -482,6 +493,8 @@ G_ = [3, 3]
         (dict(hidden=(4, 0)), (X_, Y_, G_), "hidden"),
         (dict(batch_queries=0), (X_, Y_, G_), "batch_queries"),
         (dict(max_epochs=0), (X_, Y_, G_), "max_epochs"),
+        (dict(eval_metric="auc"), (X_, Y_, G_), "eval_metric"),
+        (dict(eval_at=0), (X_, Y_, G_), "eval_at"),
         ({}, (X_, Y_, [3, 2]), "add up"),
         ({}, (X_, Y_, [3, 4]), "add up"),
         ({}, (X_, Y_, [3, 0, 3]), "positive"),
@@ -514,10 +527,17 @@ def test_predict_errors():
 
 
 def test_import_error_message_and_package_import_without_torch():
+    # block torch with a meta-path finder (setting sys.modules["torch"] = None confuses
+    # scipy's array-API helpers, which look torch up in sys.modules)
     code = (
         "import sys\n"
-        "sys.modules['torch'] = None\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
         "import approx_gbdt\n"
+        "assert 'torch' not in sys.modules\n"
         "try:\n"
         "    import approx_gbdt.neural\n"
         "except ImportError as e:\n"
