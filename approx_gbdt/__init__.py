@@ -1,5 +1,23 @@
 """approx_gbdt: ApproxNDCG and ApproxAP as custom objectives for LightGBM and XGBoost."""
 
+from approx_gbdt.datasets import (
+    LetorFold,
+    RankingData,
+    load_letor,
+    load_letor_folds,
+    make_ranking,
+    make_ranking_splits,
+)
+from approx_gbdt.metrics import (
+    average_precision,
+    evaluate,
+    make_lightgbm_feval,
+    make_xgboost_metric,
+    mean_over_queries,
+    mrr,
+    ndcg,
+    precision,
+)
 from approx_gbdt.objectives import (
     ApproxAP,
     ApproxNDCG,
@@ -21,11 +39,25 @@ __all__ = [
     "ApproxAP",
     "ApproxNDCG",
     "ApproxXGBRanker",
+    "LetorFold",
+    "RankingData",
     "approx_ap_obj",
     "approx_ndcg_obj",
+    "average_precision",
     "check_group_ptr",
+    "evaluate",
     "group_ptr_from_qid",
     "group_ptr_from_sizes",
     "group_sizes_from_ptr",
+    "load_letor",
+    "load_letor_folds",
+    "make_lightgbm_feval",
+    "make_ranking",
+    "make_ranking_splits",
+    "make_xgboost_metric",
+    "mean_over_queries",
+    "mrr",
+    "ndcg",
+    "precision",
     "smoothed_positions",
 ]
