@@ -35,11 +35,22 @@ from approx_gbdt.xgboost_ranker import ApproxXGBRanker
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    """Optional parts load on first use, so that ``import approx_gbdt`` needs neither torch
+    nor dask: ``approx_gbdt.NeuralRanker`` imports :mod:`approx_gbdt.neural`."""
+    if name == "NeuralRanker":
+        from approx_gbdt.neural import NeuralRanker
+
+        return NeuralRanker
+    raise AttributeError(f"module 'approx_gbdt' has no attribute {name!r}")
+
 __all__ = [
     "ApproxAP",
     "ApproxNDCG",
     "ApproxXGBRanker",
     "LetorFold",
+    "NeuralRanker",
     "RankingData",
     "approx_ap_obj",
     "approx_ndcg_obj",
