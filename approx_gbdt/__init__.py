@@ -38,7 +38,8 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     """Optional parts load on first use, so that ``import approx_gbdt`` needs neither torch
-    nor dask: ``approx_gbdt.NeuralRanker`` imports :mod:`approx_gbdt.neural`."""
+    nor dask: ``approx_gbdt.NeuralRanker`` imports :mod:`approx_gbdt.neural`. It is not in
+    ``__all__``, so that ``from approx_gbdt import *`` works without the extra."""
     if name == "NeuralRanker":
         from approx_gbdt.neural import NeuralRanker
 
@@ -50,7 +51,6 @@ __all__ = [
     "ApproxNDCG",
     "ApproxXGBRanker",
     "LetorFold",
-    "NeuralRanker",
     "RankingData",
     "approx_ap_obj",
     "approx_ndcg_obj",
