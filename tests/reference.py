@@ -9,8 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-torch.set_default_dtype(torch.float64)
-
 
 def torch_positions(s, alpha):
     """pos^_i = 1 + sum_{j != i} sigmoid(alpha (s_j - s_i))."""
