@@ -1,0 +1,714 @@
+"""Shared helpers of the benchmark scripts: data sets, the method registry, one training run.
+
+Used by ``benchmarks/quality.py`` and ``benchmarks/approximation.py``; not part of the package.
+
+Data sets (``--data``)
+----------------------
+``mq2008``       ``../shared/data/MQ2008`` next to the repository root (LETOR 4.0, 5 folds).
+``generated``    :func:`approx_gbdt.make_ranking` (300 queries, seed 0) cut into 5 blocks of 60
+                 queries, rotated as LETOR does: fold i trains on blocks i, i+1, i+2, validates
+                 on i+3 and tests on i+4 (mod 5), so every query is tested exactly once.
+``lgb-yahoo``    ``../shared/data/LightGBM-lambdarank`` (LightGBM's ``rank.train``/``rank.test``,
+                 a Yahoo! LTR sample): one fold; 20 % of the training queries (a fixed random
+                 draw, seed 0) are carved out as the validation split.
+``mslr-sample``  ``../shared/data/MSLR-rankeval-sample`` (first 5,000 lines of MSLR-WEB Fold1
+                 train and test): the last query of each file may be truncated and is dropped;
+                 validation carved from train as for ``lgb-yahoo``. Too small to report numbers
+                 from; a format and smoke check.
+PATH             a LETOR folder read by :func:`approx_gbdt.load_letor_folds` (``Fold1..FoldN``
+                 or ``folds.json``); a folder with only ``train`` and ``test`` files gets a
+                 carved validation split.
+
+Methods
+-------
+``library:objective`` or ``library:objective(key=value,...)``:
+
+- ``lgb:approx_ndcg``, ``lgb:approx_ap``, ``lgb:lambdarank``, ``lgb:rank_xendcg``;
+- ``xgb:approx_ndcg``, ``xgb:approx_ap``, ``xgb:rank:ndcg``, ``xgb:rank:map``,
+  ``xgb:rank:pairwise``;
+- ``nn:approx_ndcg``, ``nn:approx_ap``, ``nn:ranknet``, ``nn:listnet``, ``nn:listmle``
+  (:class:`approx_gbdt.neural.NeuralRanker`, B64 network of Bruch et al. 2019; needs torch).
+
+Options that are constructor arguments of the objective (``alpha``, ``beta``, ``k``,
+``hessian``, ``hessian_floor``, ``normalize``, ...) build a new :class:`ApproxNDCG` /
+:class:`ApproxAP` from the *current* defaults of ``approx_ndcg_obj`` / ``approx_ap_obj`` with
+those values changed; without options the package's default instance itself is used, so a
+change of the package defaults changes the benchmark. Any other option is a booster
+parameter (LightGBM / XGBoost) or a :class:`NeuralRanker` argument, applied last (it
+overrides the protocol and the grid).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+NAMED_DATA = {
+    "mq2008": "MQ2008",
+    "lgb-yahoo": "LightGBM-lambdarank",
+    "mslr-sample": "MSLR-rankeval-sample",
+}
+GENERATED_QUERIES = 300
+GENERATED_BLOCKS = 5
+VALID_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Fold:
+    name: str
+    train: object  # approx_gbdt.RankingData
+    vali: object
+    test: object
+
+
+def dataset_label(data: str) -> str:
+    """Short name of a data set, used in output file names."""
+    if data in NAMED_DATA or data == "generated":
+        return data
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(data).resolve().name).lower() or "data"
+
+
+def _take_queries(data, queries):
+    """The rows of the given queries (in the given order) as a new RankingData."""
+    from approx_gbdt import RankingData
+
+    ptr = data.group_ptr
+    rows = np.concatenate([np.arange(ptr[q], ptr[q + 1]) for q in queries])
+    sizes = np.diff(ptr)[queries]
+    return RankingData(data.X[rows], data.y[rows], np.concatenate([[0], np.cumsum(sizes)]))
+
+
+def _drop_last_query(data):
+    return _take_queries(data, np.arange(data.n_queries - 1))
+
+
+def _carve_validation(train, seed=0):
+    """Split ``train`` by query: a fixed random ``VALID_FRACTION`` of its queries validates."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(train.n_queries)
+    n_valid = max(1, round(VALID_FRACTION * train.n_queries))
+    vali_q, train_q = np.sort(perm[:n_valid]), np.sort(perm[n_valid:])
+    return _take_queries(train, train_q), _take_queries(train, vali_q)
+
+
+def _shared(name: str) -> Path:
+    path = SHARED_DATA / NAMED_DATA[name]
+    if not path.is_dir():
+        raise SystemExit(
+            f"--data {name}: data folder not found at {path} (expected ../shared/data/"
+            f"{NAMED_DATA[name]} next to the repository root); pass --data PATH or "
+            "--data generated"
+        )
+    return path
+
+
+def _generated_folds():
+    from approx_gbdt import make_ranking
+
+    data = make_ranking(GENERATED_QUERIES, seed=0)
+    blocks = np.array_split(np.arange(GENERATED_QUERIES), GENERATED_BLOCKS)
+    folds = []
+    for i in range(GENERATED_BLOCKS):
+        b = [blocks[(i + j) % GENERATED_BLOCKS] for j in range(GENERATED_BLOCKS)]
+        folds.append(
+            Fold(
+                f"Fold{i + 1}",
+                _take_queries(data, np.concatenate(b[:3])),
+                _take_queries(data, b[3]),
+                _take_queries(data, b[4]),
+            )
+        )
+    return folds
+
+
+def _train_test_folder(train_file: Path, test_file: Path, drop_last=False):
+    from approx_gbdt import load_letor
+
+    train = load_letor(train_file)
+    test = load_letor(test_file)
+    width = max(train.X.shape[1], test.X.shape[1])
+    train = load_letor(train_file, n_features=width)
+    test = load_letor(test_file, n_features=width)
+    if drop_last:
+        train, test = _drop_last_query(train), _drop_last_query(test)
+    train, vali = _carve_validation(train)
+    return [Fold("Fold1", train, vali, test)]
+
+
+def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
+    """The folds of a data set named as ``--data`` takes it (see the module docstring)."""
+    from approx_gbdt import load_letor_folds
+
+    if data == "generated":
+        folds = _generated_folds()
+    elif data == "mq2008":
+        folds = [Fold(f.name, f.train, f.vali, f.test) for f in load_letor_folds(_shared(data))]
+    elif data == "lgb-yahoo":
+        p = _shared(data)
+        folds = _train_test_folder(p / "rank.train.gz", p / "rank.test.gz")
+    elif data == "mslr-sample":
+        p = _shared(data)
+        folds = _train_test_folder(
+            p / "msn1.fold1.train.5k.txt.gz", p / "msn1.fold1.test.5k.txt.gz", drop_last=True
+        )
+    else:
+        path = Path(data)
+        if not path.is_dir():
+            raise SystemExit(
+                f"--data {data}: not a folder and not one of mq2008, generated, "
+                f"{', '.join(k for k in NAMED_DATA if k != 'mq2008')}"
+            )
+        has_vali = any(path.glob("vali.txt*")) or (path / "folds.json").is_file() or any(
+            p.is_dir() and re.fullmatch(r"Fold\d+", p.name) for p in path.iterdir()
+        )
+        if has_vali:
+            folds = [Fold(f.name, f.train, f.vali, f.test) for f in load_letor_folds(path)]
+        else:
+            trains = sorted(path.glob("train.txt*"))
+            tests = sorted(path.glob("test.txt*"))
+            if not (trains and tests):
+                raise SystemExit(f"--data {data}: no LETOR folds and no train/test files")
+            folds = _train_test_folder(trains[0], tests[0])
+    if n_folds is not None:
+        folds = folds[:n_folds]
+    return folds
+
+
+def describe_folds(folds) -> str:
+    parts = []
+    for f in folds[:1]:
+        for split in ("train", "vali", "test"):
+            d = getattr(f, split)
+            rel = int(np.sum([d.y[a:b].max() >= 1 for a, b in zip(d.group_ptr[:-1],
+                                                                  d.group_ptr[1:])]))
+            parts.append(
+                f"{split} {d.n_queries} queries ({rel} with a relevant document), "
+                f"{d.y.size} documents"
+            )
+    return (
+        f"{len(folds)} fold(s), {folds[0].train.X.shape[1]} features; {folds[0].name}: "
+        + "; ".join(parts)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Methods
+# ---------------------------------------------------------------------------------------------
+
+LIBRARIES = ("lgb", "xgb", "nn")
+NATIVE = {
+    "lgb": ("lambdarank", "rank_xendcg"),
+    "xgb": ("rank:ndcg", "rank:map", "rank:pairwise"),
+}
+APPROX = ("approx_ndcg", "approx_ap")
+NN_LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
+NN_HIDDEN = (64, 32, 16)  # Bruch et al. (2019)'s B64
+
+
+@dataclass(frozen=True)
+class Method:
+    """A parsed method name ``library:objective(options)``."""
+
+    name: str
+    library: str
+    objective: str
+    options: tuple  # ((key, value), ...) in the given order
+
+    @property
+    def opts(self) -> dict:
+        return dict(self.options)
+
+
+def _value(text: str):
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_method(text: str) -> Method:
+    """Parse ``"lgb:approx_ndcg(alpha=20,hessian=bound)"`` (spaces ignored)."""
+    s = re.sub(r"\s+", "", text)
+    m = re.fullmatch(r"([a-z]+):([A-Za-z_:]+)(?:\((.*)\))?", s)
+    if m is None:
+        raise ValueError(f"method {text!r}: expected library:objective or "
+                         "library:objective(key=value,...)")
+    lib, obj, opts = m.group(1), m.group(2), m.group(3)
+    if lib not in LIBRARIES:
+        raise ValueError(f"method {text!r}: library must be one of {LIBRARIES}")
+    known = NN_LOSSES if lib == "nn" else APPROX + NATIVE[lib]
+    if obj not in known:
+        raise ValueError(f"method {text!r}: objective for {lib} must be one of {known}")
+    options = []
+    if opts:
+        for item in _split_top(opts, ","):
+            if "=" not in item:
+                raise ValueError(f"method {text!r}: option {item!r} is not key=value")
+            key, val = item.split("=", 1)
+            options.append((key, _value(val)))
+    return Method(s, lib, obj, tuple(options))
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside parentheses."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == sep and depth == 0:
+            if cur.strip():
+                out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def split_methods(items) -> list[str]:
+    out = []
+    for item in items:
+        out.extend(_split_top(item, ","))
+    return out
+
+
+def _default_objective(name):
+    import approx_gbdt
+
+    return {"approx_ndcg": approx_gbdt.approx_ndcg_obj, "approx_ap": approx_gbdt.approx_ap_obj}[
+        name
+    ]
+
+
+def _objective_params(name) -> list[str]:
+    cls = type(_default_objective(name))
+    return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+
+def make_objective(name: str, options: dict):
+    """The package's default objective, or a copy of its settings with ``options`` changed."""
+    default = _default_objective(name)
+    if not options:
+        return default
+    params = {p: getattr(default, p) for p in _objective_params(name) if hasattr(default, p)}
+    params.update(options)
+    return type(default)(**params)
+
+
+def split_options(method: Method) -> tuple[dict, dict]:
+    """(objective options, other options) of a method."""
+    opts = method.opts
+    if method.library == "nn" or method.objective not in APPROX:
+        return {}, opts
+    names = set(_objective_params(method.objective))
+    return ({k: v for k, v in opts.items() if k in names},
+            {k: v for k, v in opts.items() if k not in names})
+
+
+def objective_repr(method: Method) -> str:
+    """What the method trains on, spelled out (with the objective's settings at run time)."""
+    obj_opts, other = split_options(method)
+    if method.library != "nn" and method.objective in APPROX:
+        text = repr(make_objective(method.objective, obj_opts))
+    elif method.library == "nn":
+        text = f"NeuralRanker(loss={method.objective!r}, hidden={NN_HIDDEN})"
+    else:
+        text = f"{'LightGBM' if method.library == 'lgb' else 'XGBoost'} {method.objective}"
+    if other:
+        text += " + " + ", ".join(f"{k}={v!r}" for k, v in other.items())
+    return text
+
+
+def neural_available() -> bool:
+    try:
+        import approx_gbdt.neural  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Protocol and tuning grid
+# ---------------------------------------------------------------------------------------------
+
+LEARNING_RATE = 0.05
+NUM_LEAVES = 31
+MAX_DEPTH = 6
+SUBSAMPLE = 0.8  # row bagging each round (LightGBM bagging_fraction, XGBoost subsample)
+COLSAMPLE = 0.9  # LightGBM feature_fraction (per tree), XGBoost colsample_bytree
+STOP_METRIC = "ndcg@10"  # worst-case ties, queries without a relevant document excluded
+
+# One grid for every GBDT method (same size for the neural baseline): L2 on the leaf values
+# (LightGBM lambda_l2, XGBoost lambda) x minimum Hessian sum of a child (LightGBM
+# min_sum_hessian_in_leaf, XGBoost min_child_weight). 1.0 is XGBoost's default min_child_weight;
+# 1e-3 is LightGBM's, and lets leaves of few documents with small Hessians (the approx
+# objectives' per-document Hessians are about 0.01-0.7 after normalisation) split.
+GRIDS = {
+    "small": [
+        {"l2": 0.0, "min_hess": 1e-3},
+        {"l2": 1.0, "min_hess": 1e-3},
+        {"l2": 0.0, "min_hess": 1.0},
+        {"l2": 1.0, "min_hess": 1.0},
+    ],
+    "none": [{"l2": 1.0, "min_hess": 1e-3}],
+}
+# NeuralRanker: the same number of configurations, over its own knobs.
+NN_GRIDS = {
+    "small": [
+        {"lr": 0.005, "batch_queries": 128},
+        {"lr": 0.002, "batch_queries": 128},
+        {"lr": 0.005, "batch_queries": 32},
+        {"lr": 0.002, "batch_queries": 32},
+    ],
+    "none": [{"lr": 0.005, "batch_queries": 128}],
+}
+
+
+def grid_for(method: Method, grid: str) -> list[dict]:
+    return (NN_GRIDS if method.library == "nn" else GRIDS)[grid]
+
+
+def config_label(method: Method, config: dict) -> str:
+    if method.library == "nn":
+        return f"lr={config['lr']:g},bq={config['batch_queries']}"
+    return f"l2={config['l2']:g},mh={config['min_hess']:g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Test measures
+# ---------------------------------------------------------------------------------------------
+
+MEASURES = ("NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "NDCG", "MAP", "P@10", "MRR")
+
+
+def per_query_measures(scores, data) -> dict[str, np.ndarray]:
+    """Per-query test values (NaN where the query has no relevant document).
+
+    Equal scores ranked worst case; relevance for MAP, P@10 and MRR is ``label >= 1``.
+    """
+    from approx_gbdt import average_precision, mrr, ndcg, precision
+
+    s, y, p = np.asarray(scores, dtype=np.float64), data.y, data.group_ptr
+    out = {f"NDCG@{k}": ndcg(s, y, p, k=k) for k in (1, 3, 5, 10)}
+    out["NDCG"] = ndcg(s, y, p)
+    out["MAP"] = average_precision(s, y, p)
+    out["P@10"] = precision(s, y, p, k=10)
+    out["MRR"] = mrr(s, y, p)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One training run
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Budget:
+    rounds: int = 2000
+    patience: int = 50
+    nn_epochs: int = 100
+    nn_patience: int = 10
+    threads: int = 1
+
+
+def _sizes(d):
+    return np.diff(d.group_ptr)
+
+
+def _binary(y):
+    return (y >= 1).astype(np.float64)
+
+
+def fit_predict(method: Method, fold: Fold, seed: int, config: dict, budget: Budget,
+                cache: dict | None = None):
+    """Train on ``fold.train`` with early stopping on ``fold.vali``; predict ``fold.test``.
+
+    Returns ``(test_scores, valid_score, n_iterations, seconds)``; ``n_iterations`` is the
+    number of boosting rounds (epochs for the neural baseline) of the kept model.
+    """
+    if method.library == "lgb":
+        return _fit_lgb(method, fold, seed, config, budget)
+    if method.library == "xgb":
+        return _fit_xgb(method, fold, seed, config, budget, {} if cache is None else cache)
+    return _fit_nn(method, fold, seed, config, budget)
+
+
+def _fit_lgb(method, fold, seed, config, budget):
+    import lightgbm as lgb
+
+    from approx_gbdt import make_lightgbm_feval
+
+    obj_opts, other = split_options(method)
+    objective = (
+        make_objective(method.objective, obj_opts) if method.objective in APPROX
+        else method.objective
+    )
+    params = {
+        "objective": objective,
+        "learning_rate": LEARNING_RATE,
+        "num_leaves": NUM_LEAVES,
+        "lambda_l2": config["l2"],
+        "min_sum_hessian_in_leaf": config["min_hess"],
+        "feature_fraction": COLSAMPLE,
+        "bagging_fraction": SUBSAMPLE,
+        "bagging_freq": 1,
+        "seed": seed,
+        "metric": "None",
+        "num_threads": budget.threads,
+        "deterministic": True,
+        "force_col_wise": True,
+        "verbosity": -1,
+    }
+    params.update(other)
+    tr, va = fold.train, fold.vali
+    dtrain = lgb.Dataset(tr.X, tr.y, group=_sizes(tr), free_raw_data=False)
+    dvalid = lgb.Dataset(va.X, va.y, group=_sizes(va), reference=dtrain)
+    t0 = time.perf_counter()
+    booster = lgb.train(
+        params,
+        dtrain,
+        num_boost_round=budget.rounds,
+        valid_sets=[dvalid],
+        valid_names=["vali"],
+        feval=make_lightgbm_feval(STOP_METRIC),
+        callbacks=[lgb.early_stopping(budget.patience, first_metric_only=True, verbose=False)],
+    )
+    seconds = time.perf_counter() - t0
+    best = booster.best_iteration or booster.current_iteration()
+    valid = booster.best_score["vali"][STOP_METRIC] if booster.best_score else float("nan")
+    return booster.predict(fold.test.X, num_iteration=best), float(valid), int(best), seconds
+
+
+def _dmatrices(method, fold, cache):
+    import xgboost as xgb
+
+    binary = method.objective == "rank:map"  # XGBoost's rank:map requires 0/1 labels
+    key = (fold.name, binary)
+    if key not in cache:
+        tr, va = fold.train, fold.vali
+        ytr, yva = (_binary(tr.y), _binary(va.y)) if binary else (tr.y, va.y)
+        dtr = xgb.DMatrix(tr.X, ytr)
+        dtr.set_group(_sizes(tr))
+        dva = xgb.DMatrix(va.X, yva)
+        dva.set_group(_sizes(va))
+        cache[key] = (dtr, dva, xgb.DMatrix(fold.test.X))
+    return cache[key]
+
+
+def _fit_xgb(method, fold, seed, config, budget, cache):
+    import xgboost as xgb
+
+    from approx_gbdt import make_xgboost_metric
+
+    obj_opts, other = split_options(method)
+    params = {
+        "eta": LEARNING_RATE,
+        "max_depth": MAX_DEPTH,
+        "lambda": config["l2"],
+        "min_child_weight": config["min_hess"],
+        "subsample": SUBSAMPLE,
+        "colsample_bytree": COLSAMPLE,
+        "tree_method": "hist",
+        "seed": seed,
+        "nthread": budget.threads,
+        "disable_default_eval_metric": 1,
+        "verbosity": 0,
+    }
+    kwargs = {}
+    if method.objective in APPROX:
+        kwargs["obj"] = make_objective(method.objective, obj_opts)
+    else:
+        params["objective"] = method.objective
+    params.update(other)
+    dtr, dva, dte = _dmatrices(method, fold, cache)
+    t0 = time.perf_counter()
+    booster = xgb.train(
+        params,
+        dtr,
+        num_boost_round=budget.rounds,
+        evals=[(dva, "vali")],
+        custom_metric=make_xgboost_metric(STOP_METRIC),
+        maximize=True,
+        early_stopping_rounds=budget.patience,
+        verbose_eval=False,
+        **kwargs,
+    )
+    seconds = time.perf_counter() - t0
+    best = int(booster.best_iteration) + 1
+    scores = booster.predict(dte, iteration_range=(0, best))
+    return scores, float(booster.best_score), best, seconds
+
+
+def _fit_nn(method, fold, seed, config, budget):
+    import torch
+
+    from approx_gbdt.neural import NeuralRanker
+
+    torch.set_num_threads(budget.threads)
+    params = {
+        "loss": method.objective,
+        "hidden": NN_HIDDEN,
+        "lr": config["lr"],
+        "batch_queries": config["batch_queries"],
+        "max_epochs": budget.nn_epochs,
+        "patience": budget.nn_patience,
+        "seed": seed,
+        "device": "cpu",
+        "eval_at": 10,
+    }
+    params.update(method.opts)
+    tr, va = fold.train, fold.vali
+    t0 = time.perf_counter()
+    model = NeuralRanker(**params).fit(
+        tr.X, tr.y, _sizes(tr), eval_set=(va.X, va.y, _sizes(va))
+    )
+    seconds = time.perf_counter() - t0
+    return model.predict(fold.test.X), float(model.best_score_), int(model.best_iteration_), \
+        seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker processes
+# ---------------------------------------------------------------------------------------------
+
+_FOLDS: dict = {}
+_XGB_CACHE: dict = {}
+
+
+def worker_init(threads: int):
+    """Limit every thread pool of a worker process (numba, OpenMP, torch) to ``threads``."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def run_unit(task: dict) -> dict:
+    """Train one (method, fold, seed) over the tuning grid, keep the best on validation.
+
+    Returns the chosen configuration, the per-query test measures of its model and timings.
+    """
+    key = (task["data"], task["n_folds"])
+    if key not in _FOLDS:
+        _FOLDS.clear()
+        _XGB_CACHE.clear()
+        _FOLDS[key] = load_folds(task["data"], task["n_folds"])
+    fold = _FOLDS[key][task["fold"]]
+    method = parse_method(task["method"])
+    budget = Budget(**task["budget"])
+    tried = []
+    best = None
+    t0 = time.perf_counter()
+    for config in grid_for(method, task["grid"]):
+        scores, valid, n_iter, seconds = fit_predict(
+            method, fold, task["seed"], config, budget, _XGB_CACHE
+        )
+        tried.append((config_label(method, config), valid, n_iter, seconds))
+        if best is None or valid > best[1]:  # ties: the first configuration in the grid
+            best = (scores, valid, n_iter, seconds, config_label(method, config))
+    scores, valid, n_iter, seconds, label = best
+    return {
+        "method": task["method"],
+        "fold": task["fold"],
+        "seed": task["seed"],
+        "config": label,
+        "valid": valid,
+        "iterations": n_iter,
+        "seconds": seconds,
+        "grid_seconds": time.perf_counter() - t0,
+        "tried": tried,
+        "test": per_query_measures(scores, fold.test),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Report helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def command_line(script: str, argv: list[str]) -> str:
+    import shlex
+
+    return "python " + " ".join(shlex.quote(a) for a in [script, *argv])
+
+
+def environment() -> str:
+    import lightgbm
+    import numpy
+    import scipy
+    import xgboost
+
+    import approx_gbdt
+
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "approx_gbdt"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        commit += " (approx_gbdt/ has uncommitted changes)" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    parts = [
+        f"approx_gbdt {approx_gbdt.__version__} at git {commit}",
+        f"lightgbm {lightgbm.__version__}",
+        f"xgboost {xgboost.__version__}",
+        f"numpy {numpy.__version__}",
+        f"scipy {scipy.__version__}",
+    ]
+    try:
+        import torch
+
+        parts.append(f"torch {torch.__version__}")
+    except ImportError:
+        parts.append("torch not installed")
+    parts.append(f"Python {platform.python_version()}")
+    return ", ".join(parts)
+
+
+def header(title: str, script: str, argv: list[str]) -> list[str]:
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return [
+        f"# {title}",
+        "",
+        f"Produced by `{command_line(script, argv)}` (from the repository root) on {date}.",
+        "",
+        f"Versions: {environment()}; {os.cpu_count()} CPU cores ({sys.platform}).",
+        "",
+    ]
+
+
+def md_table(head: list[str], rows: list[list[str]], align: str | None = None) -> list[str]:
+    align = align or ("l" + "r" * (len(head) - 1))
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines

@@ -1,0 +1,82 @@
+"""Smoke tests of the benchmark scripts (no quality assertions)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "benchmarks"
+
+
+def _load_common():
+    spec = importlib.util.spec_from_file_location("_bench_common", BENCH / "_common.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("_bench_common", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_parse_method_names_and_options():
+    C = _load_common()
+    m = C.parse_method("lgb:approx_ndcg(alpha=20, hessian=bound)")
+    assert (m.library, m.objective, m.opts) == ("lgb", "approx_ndcg", {"alpha": 20,
+                                                                       "hessian": "bound"})
+    m = C.parse_method("xgb:rank:ndcg")
+    assert (m.library, m.objective, m.opts) == ("xgb", "rank:ndcg", {})
+    assert C.split_methods(["default,lgb:approx_ap(alpha=5,beta=3)"]) == [
+        "default", "lgb:approx_ap(alpha=5,beta=3)"]
+    with pytest.raises(ValueError):
+        C.parse_method("lgb:rank:ndcg")
+    with pytest.raises(ValueError):
+        C.parse_method("catboost:approx_ndcg")
+
+
+def test_objective_options_follow_the_package_defaults():
+    import approx_gbdt
+
+    C = _load_common()
+    assert C.make_objective("approx_ndcg", {}) is approx_gbdt.approx_ndcg_obj
+    obj = C.make_objective("approx_ap", {"beta": 3.0})
+    assert obj.beta == 3.0
+    assert obj.alpha == approx_gbdt.approx_ap_obj.alpha
+    assert obj.hessian == approx_gbdt.approx_ap_obj.hessian
+    obj_opts, other = C.split_options(C.parse_method("lgb:approx_ndcg(k=10,lambda_l2=2)"))
+    assert obj_opts == {"k": 10} and other == {"lambda_l2": 2}
+
+
+def test_generated_folds_rotate_and_test_every_query_once():
+    C = _load_common()
+    folds = C.load_folds("generated")
+    assert len(folds) == 5
+    assert sum(f.test.n_queries for f in folds) == C.GENERATED_QUERIES
+    f = folds[0]
+    assert f.train.n_queries + f.vali.n_queries + f.test.n_queries == C.GENERATED_QUERIES
+
+
+@pytest.mark.slow
+def test_quality_quick_run_writes_tables(tmp_path):
+    cmd = [sys.executable, str(BENCH / "quality.py"), "--quick", "--data", "generated",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "quality_generated.md").read_text()
+    for part in ("## Test measures", "## Paired test against", "## Cross-metric matrix",
+                 "`lgb:approx_ndcg`", "`xgb:approx_ap`", "`lgb:lambdarank`", "NDCG@10"):
+        assert part in text
+    assert (tmp_path / "quality_generated.json").is_file()
+
+
+@pytest.mark.slow
+def test_approximation_quick_run_writes_plots(tmp_path):
+    cmd = [sys.executable, str(BENCH / "approximation.py"), "--quick", "--data", "generated",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ApproxNDCG" in (tmp_path / "approximation_generated.md").read_text()
+    for name in ("iterations", "alpha_beta"):
+        assert (tmp_path / f"approximation_generated_{name}.png").stat().st_size > 1000
