@@ -186,16 +186,12 @@ class _ApproxObjective:
         y = _as_labels(labels)
         ptr = check_group_ptr(group_ptr, y.shape[0])
         n = y.shape[0]
-        work = {name: np.empty(n) for name in ("pos", "v", "e", "acc_a", "acc_b", "acc_w")}
-        for name in self._extra_work:
-            work[name] = np.empty(n)
+        work = K.make_work(n)
         prep = _Prepared(y, ptr, key, self._prepare_arrays(y, ptr), work)
         if cache:
             self._cache.insert(0, prep)
             del self._cache[_CACHE_SIZE:]
         return prep
-
-    _extra_work = ()
 
     # -- public API ----------------------------------------------------------------------------
     def value(self, scores, labels, group_ptr) -> np.ndarray:
@@ -413,7 +409,7 @@ class ApproxNDCG(_ApproxObjective):
         a = prep.arrays
         return K.ndcg_value(
             s, a["gains"], a["inv_z"], prep.group_ptr, self.alpha, self._k, self.beta,
-            prep.work["pos"],
+            np.empty_like(s),
         )
 
     def _grad_hess(self, s, prep, weights, hessian):
@@ -424,7 +420,7 @@ class ApproxNDCG(_ApproxObjective):
         K.ndcg_grad_hess(
             s, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha, self._k, self.beta,
             self._mode(hessian), self.hessian_floor, self.hessian_constant, self.normalize,
-            grad, hess, w["pos"], w["v"], w["e"], w["acc_a"], w["acc_b"], w["acc_w"],
+            grad, hess, w["order"],
         )
         return grad, hess
 
@@ -453,8 +449,6 @@ class ApproxAP(_ApproxObjective):
         As in :class:`ApproxNDCG`. The exact diagonal (and so ``"abs"`` and ``"mixed"``) costs
         O(n R^2) per query, against O(n^2 + n R) for ``"bound"`` and ``"constant"``.
     """
-
-    _extra_work = ("u", "offdiag")
 
     def __init__(
         self,
@@ -502,7 +496,7 @@ class ApproxAP(_ApproxObjective):
         a = prep.arrays
         return K.ap_value(
             s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, self.alpha, self.beta,
-            prep.work["pos"],
+            np.empty_like(s),
         )
 
     def _grad_hess(self, s, prep, weights, hessian):
@@ -513,8 +507,7 @@ class ApproxAP(_ApproxObjective):
         K.ap_grad_hess(
             s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, weights, self.alpha,
             self.beta, self._mode(hessian), self.hessian_floor, self.hessian_constant,
-            self.normalize, grad, hess, w["pos"], w["v"], w["e"], w["acc_a"], w["acc_b"],
-            w["acc_w"], w["u"], w["offdiag"],
+            self.normalize, grad, hess, w["order"],
         )
         return grad, hess
 

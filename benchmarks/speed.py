@@ -1,0 +1,389 @@
+"""Speed of the ApproxNDCG / ApproxAP objectives (issue 6).
+
+    python benchmarks/speed.py            # full run (~15 min on 2 cores)
+    python benchmarks/speed.py --quick    # smoke run
+
+Writes benchmarks/results/speed.md (or speed_quick.md) and speed_throughput.png:
+
+1. Kernel throughput (ordered pairs n (n - 1) per second, gradient + Hessian) for list sizes
+   10 .. 100,000 at a fixed total number of documents: fast kernel (default), exact reference
+   kernel, a vectorised NumPy implementation and PyTorch autograd (what a user would write).
+   Scores all equal (every pair inside the window: worst case) and N(0, 1) (alpha = 10).
+2. One 100,000-document query: time and error of the fast kernel against the exact kernel.
+3. Seconds per boosting iteration and peak memory (each training in its own process) against
+   LightGBM lambdarank and XGBoost rank:ndcg, light-tree and MSLR-scale settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from approx_gbdt import _kernels as K
+from approx_gbdt.objectives import ApproxAP, ApproxNDCG
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+def make_data(n_queries, size_range, n_features, seed=0):
+    """MSLR-like generated data: labels 0..4 (about 52/30/12/4/2 %), weakly informative features."""
+    rng = np.random.default_rng(seed)
+    lo, hi = size_range
+    sizes = rng.integers(lo, hi + 1, n_queries) if hi > lo else np.full(n_queries, lo)
+    n = int(sizes.sum())
+    X = rng.normal(size=(n, n_features)).astype(np.float32)
+    u = X[:, : min(10, n_features)].sum(axis=1) / math.sqrt(min(10, n_features))
+    u = u + 0.7 * rng.normal(size=n)
+    cuts = np.quantile(u, [0.52, 0.82, 0.94, 0.98])
+    y = np.searchsorted(cuts, u).astype(np.float64)
+    return X, y, sizes
+
+
+def _ptr(sizes):
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# baselines a user would write
+# ---------------------------------------------------------------------------------------------
+def numpy_grad_hess(s, y, ptr, alpha=10.0):
+    """Dense per-query ApproxNDCG gradient and bound Hessian with n x n NumPy matrices."""
+    g = np.zeros_like(s)
+    h = np.zeros_like(s)
+    for q in range(len(ptr) - 1):
+        a, b = ptr[q], ptr[q + 1]
+        sq, yq = s[a:b], y[a:b]
+        gains = np.expm1(yq * math.log(2.0))
+        ideal = np.sort(gains)[::-1] / np.log2(np.arange(2, b - a + 2))
+        z = ideal.sum()
+        if z == 0:
+            continue
+        sig = 1.0 / (1.0 + np.exp(-alpha * (sq[None, :] - sq[:, None])))  # sig_kj
+        np.fill_diagonal(sig, 0.0)
+        pos = 1.0 + sig.sum(axis=1)
+        lg = np.log1p(pos)
+        v = gains * (-math.log(2.0) / ((1.0 + pos) * lg * lg)) / z
+        w = sig * (1.0 - sig)
+        dv = v[None, :] - v[:, None]
+        g[a:b] = -alpha * (w * dv).sum(axis=1)
+        h[a:b] = alpha * alpha * (w * np.abs(dv)).sum(axis=1)
+    return g, h
+
+
+def torch_grad(s, y, ptr, alpha=10.0):
+    """PyTorch autograd of -ApproxNDCG (gradient only: autograd gives no Hessian diagonal
+    short of n backward passes)."""
+    import torch
+
+    st = torch.tensor(s, requires_grad=True)
+    yt = torch.tensor(y)
+    loss = 0.0
+    for q in range(len(ptr) - 1):
+        a, b = int(ptr[q]), int(ptr[q + 1])
+        sq, yq = st[a:b], yt[a:b]
+        gains = torch.expm1(yq * math.log(2.0))
+        ideal = torch.sort(gains, descending=True).values
+        z = (ideal / torch.log2(torch.arange(2, b - a + 2, dtype=torch.float64))).sum()
+        if z == 0:
+            continue
+        sig = torch.sigmoid(alpha * (sq[None, :] - sq[:, None]))
+        pos = 0.5 + sig.sum(dim=1)  # the diagonal adds sig(0) = 1/2
+        loss = loss - (gains / torch.log2(1.0 + pos)).sum() / z
+    loss.backward()
+    return st.grad.numpy()
+
+
+def _time(f, min_time=0.3, max_rep=20):
+    f()
+    best = math.inf
+    t_start = time.perf_counter()
+    for _ in range(max_rep):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() - t_start > min_time:
+            break
+    return best
+
+
+def bench_kernels(total, sizes_list, quick):
+    rows = []
+    for n in sizes_list:
+        nq = max(1, total // n)
+        sizes = np.full(nq, n)
+        ptr = _ptr(sizes)
+        N = int(ptr[-1])
+        rng = np.random.default_rng(n)
+        y = np.minimum(rng.geometric(0.55, N) - 1, 4).astype(float)
+        pairs = float(nq) * n * (n - 1)
+        for dist in ["equal", "normal"]:
+            s = np.zeros(N) if dist == "equal" else rng.normal(size=N)
+            row = {"n": n, "queries": nq, "scores": dist}
+            for name, obj in [
+                ("fast ndcg (mixed)", ApproxNDCG()),
+                ("fast ndcg (bound)", ApproxNDCG(hessian="bound")),
+                ("fast ap (mixed)", ApproxAP()),
+                ("fast ap (bound)", ApproxAP(hessian="bound")),
+            ]:
+                if name.startswith("fast ap (mixed)") and n > 1000 and dist == "equal":
+                    row[name] = None  # exact AP Hessian is O(n R^2) with all scores equal
+                    continue
+                prep = obj._prepare(y, ptr, cache=True)
+                t = _time(
+                    lambda obj=obj, prep=prep, s=s: obj._grad_hess(s, prep, np.empty(0), None))
+                row[name] = pairs / t
+            ref_ok = n <= (1000 if quick else 10_000)
+            if ref_ok:
+                obj = ApproxNDCG()
+                prep = obj._prepare(y, ptr, cache=False)
+                a = prep.arrays
+                w = [np.empty(N) for _ in range(8)]
+
+                def ref(a=a, w=w, obj=obj, s=s, ptr=ptr):
+                    K._ref_ndcg_grad_hess(
+                        s, a["gains"], a["inv_z"], ptr, np.empty(0), obj.alpha, 0, obj.beta,
+                        K.HESS_MIXED, 0.1, 1.0, True, w[6], w[7], *w[:6])
+
+                row["exact ndcg (mixed)"] = pairs / _time(ref, 0.0, 1)
+            else:
+                row["exact ndcg (mixed)"] = None
+            if n <= 1000:
+                row["numpy ndcg (bound)"] = pairs / _time(
+                    lambda s=s, y=y, ptr=ptr: numpy_grad_hess(s, y, ptr), 0, 2)
+                row["torch autograd ndcg (grad only)"] = pairs / _time(
+                    lambda s=s, y=y, ptr=ptr: torch_grad(s, y, ptr), 0, 2)
+            else:
+                row["numpy ndcg (bound)"] = None
+                row["torch autograd ndcg (grad only)"] = None
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+def bench_huge(n, seed=0):
+    rng = np.random.default_rng(seed)
+    y = np.minimum(rng.geometric(0.55, n) - 1, 4).astype(float)
+    ptr = np.array([0, n], dtype=np.int64)
+    out = []
+    for dist in ["equal", "normal"]:
+        s = np.zeros(n) if dist == "equal" else rng.normal(size=n)
+        obj = ApproxNDCG()
+        prep = obj._prepare(y, ptr, cache=True)
+        t = _time(lambda obj=obj, prep=prep, s=s: obj._grad_hess(s, prep, np.empty(0), None), 0, 3)
+        g1, h1 = obj._grad_hess(s, prep, np.empty(0), None)
+        a = prep.arrays
+        w = [np.empty(n) for _ in range(8)]
+        t0 = time.perf_counter()
+        K._ref_ndcg_grad_hess(s, a["gains"], a["inv_z"], ptr, np.empty(0), obj.alpha, 0,
+                              obj.beta, K.HESS_MIXED, 0.1, 1.0, True, w[6], w[7], *w[:6])
+        t_ref = time.perf_counter() - t0
+        g0, h0 = w[6], w[7]
+        out.append({
+            "scores": dist, "n": n, "fast_s": t, "exact_s": t_ref,
+            "grad_rel_err": float(np.abs(g1 - g0).max() / np.abs(g0).max()),
+            "hess_rel_err": float(np.abs(h1 - h0).max() / np.abs(h0).max()),
+            "work_bytes": int(sum(v.nbytes for v in prep.work.values())),
+        })
+        print(out[-1], flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# training (one configuration per process, for a clean peak memory)
+# ---------------------------------------------------------------------------------------------
+SETTINGS = {
+    "light": dict(n_queries=2000, size_range=(100, 100), n_features=20, leaves=31, max_bin=63),
+    "mslr": dict(n_queries=30000, size_range=(20, 220), n_features=136, leaves=255, max_bin=255),
+    "light-quick": dict(n_queries=300, size_range=(100, 100), n_features=20, leaves=31,
+                        max_bin=63),
+    "mslr-quick": dict(n_queries=1000, size_range=(20, 220), n_features=136, leaves=255,
+                       max_bin=255),
+}
+
+
+def _peak_rss_mb():
+    """Peak resident set size of this process (VmHWM), in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def train_one(setting, lib, objective, iters):
+    st = SETTINGS[setting]
+    X, y, sizes = make_data(st["n_queries"], st["size_range"], st["n_features"])
+    t_data = _peak_rss_mb()
+    times = []
+    if lib == "lightgbm":
+        import lightgbm as lgb
+
+        ds = lgb.Dataset(X, y, group=sizes, params={"max_bin": st["max_bin"], "verbose": -1})
+        params = {"num_leaves": st["leaves"], "learning_rate": 0.1, "verbose": -1,
+                  "max_bin": st["max_bin"], "min_data_in_leaf": 20, "num_threads": 2,
+                  "objective": "lambdarank" if objective == "native" else "none"}
+        booster = lgb.Booster(params, ds)
+        obj = None if objective == "native" else ApproxNDCG()
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            booster.update(fobj=obj)
+            times.append(time.perf_counter() - t0)
+    else:
+        import xgboost as xgb
+
+        dm = xgb.DMatrix(X, y, group=sizes, nthread=2)
+        params = {"tree_method": "hist", "grow_policy": "lossguide", "max_leaves": st["leaves"],
+                  "max_depth": 0, "max_bin": st["max_bin"], "eta": 0.1, "nthread": 2,
+                  "objective": "rank:ndcg" if objective == "native" else "reg:squarederror"}
+        booster = xgb.Booster(params, [dm])
+        obj = None if objective == "native" else ApproxNDCG()
+        for i in range(iters):
+            t0 = time.perf_counter()
+            booster.update(dm, i, fobj=obj)
+            times.append(time.perf_counter() - t0)
+    rss = _peak_rss_mb()
+    # the first iteration includes one-off work (bin mappers, numba compile cache load, ...)
+    steady = times[1:] if len(times) > 1 else times
+    return {"setting": setting, "lib": lib, "objective": objective,
+            "sec_per_iter": float(np.median(steady)), "first_iter": times[0],
+            "peak_rss_mb": rss, "rss_after_data_mb": t_data,
+            "docs": int(sizes.sum())}
+
+
+def bench_training(settings, iters):
+    rows = []
+    for setting in settings:
+        for lib in ["lightgbm", "xgboost"]:
+            for objective in ["native", "approx_ndcg_obj"]:
+                cmd = [sys.executable, __file__, "--train-one", setting, lib, objective,
+                       str(iters)]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if out.returncode != 0:
+                    print(out.stderr[-2000:], flush=True)
+                    continue
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.append(row)
+                print(row, flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------
+def _g(x):
+    return "n/a" if x is None else f"{x / 1e9:.3f}"
+
+
+def write_report(path, cmd, kernels, huge, training, elapsed):
+    import numba
+
+    L = ["# Speed of the ApproxNDCG / ApproxAP objectives\n",
+         f"Command: `{cmd}`  ",
+         f"Machine: {os.cpu_count()} cores, numba threads {numba.get_num_threads()}; "
+         f"wall time {elapsed / 60:.1f} min. Other jobs shared this machine during the run, "
+         "so timings are best-of-repeats and still noisy.\n",
+         "## 1. Kernel throughput (1e9 ordered pairs n(n-1) per second, gradient + Hessian)\n",
+         "Fixed total number of documents; `equal`: all scores equal (every pair in the window, "
+         "the first boosting iteration), `normal`: N(0, 1) scores with alpha = 10. Target: fast "
+         "ndcg >= 1.0, fast ap within 1.5x of it.\n"]
+    cols = ["fast ndcg (mixed)", "fast ndcg (bound)", "fast ap (mixed)", "fast ap (bound)",
+            "exact ndcg (mixed)", "numpy ndcg (bound)", "torch autograd ndcg (grad only)"]
+    L.append("| n | queries | scores | " + " | ".join(cols) + " |")
+    L.append("|" + "---|" * (3 + len(cols)))
+    for r in kernels:
+        L.append(f"| {r['n']} | {r['queries']} | {r['scores']} | "
+                 + " | ".join(_g(r.get(c)) for c in cols) + " |")
+    L.append("")
+    L.append("## 2. One huge query (ApproxNDCG, mixed Hessian)\n")
+    L.append("Error: max |fast - exact| / max |exact| over the query. Target: < 1 s, < 1e-6.\n")
+    L.append("| n | scores | fast (s) | exact (s) | grad rel. err | hess rel. err | "
+             "work arrays kept (bytes) |")
+    L.append("|---|---|---|---|---|---|---|")
+    for r in huge:
+        L.append(f"| {r['n']} | {r['scores']} | {r['fast_s']:.3f} | {r['exact_s']:.1f} | "
+                 f"{r['grad_rel_err']:.1e} | {r['hess_rel_err']:.1e} | {r['work_bytes']} |")
+    L.append("")
+    L.append("## 3. Training: seconds per boosting iteration and peak memory\n")
+    L.append("Median of the iterations after the first; peak RSS of the whole process (data "
+             "included). Target: approx_ndcg_obj <= 1.1x native, memory within 10 %.\n")
+    L.append("| setting | library | objective | docs | s / iter | ratio to native | "
+             "peak RSS (MB) | memory ratio |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    native = {(r["setting"], r["lib"]): r for r in training if r["objective"] == "native"}
+    for r in training:
+        nat = native.get((r["setting"], r["lib"]))
+        ratio = r["sec_per_iter"] / nat["sec_per_iter"] if nat else float("nan")
+        mem = r["peak_rss_mb"] / nat["peak_rss_mb"] if nat else float("nan")
+        L.append(f"| {r['setting']} | {r['lib']} | {r['objective']} | {r['docs']} | "
+                 f"{r['sec_per_iter']:.3f} | {ratio:.2f} | {r['peak_rss_mb']:.0f} | "
+                 f"{mem:.2f} |")
+    L.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def plot(path, kernels):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for c in ["fast ndcg (mixed)", "fast ap (bound)", "exact ndcg (mixed)", "numpy ndcg (bound)",
+              "torch autograd ndcg (grad only)"]:
+        for dist, ls in [("equal", "-"), ("normal", "--")]:
+            pts = [(r["n"], r[c]) for r in kernels if r["scores"] == dist and r.get(c)]
+            if pts:
+                ax.plot(*zip(*pts), ls, marker="o", label=f"{c}, {dist}")
+    ax.axhline(1e9, color="k", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("documents per query")
+    ax.set_ylabel("ordered pairs / s")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run (small sizes)")
+    ap.add_argument("--train-one", nargs=4, metavar=("SETTING", "LIB", "OBJ", "ITERS"))
+    ap.add_argument("--skip-training", action="store_true")
+    args = ap.parse_args()
+    if args.train_one:
+        setting, lib, objective, iters = args.train_one
+        print(json.dumps(train_one(setting, lib, objective, int(iters))))
+        return
+    t0 = time.time()
+    cmd = "python benchmarks/speed.py" + (" --quick" if args.quick else "") + (
+        " --skip-training" if args.skip_training else "")
+    if args.quick:
+        kernels = bench_kernels(20_000, [10, 100, 1000, 10_000], True)
+        huge = bench_huge(20_000)
+        training = [] if args.skip_training else bench_training(["light-quick", "mslr-quick"], 6)
+        name = "speed_quick"
+    else:
+        kernels = bench_kernels(100_000, [10, 100, 1000, 10_000, 100_000], False)
+        huge = bench_huge(100_000)
+        training = [] if args.skip_training else bench_training(["light", "mslr"], 8)
+        name = "speed"
+    os.makedirs(RESULTS, exist_ok=True)
+    write_report(os.path.join(RESULTS, name + ".md"), cmd, kernels, huge, training,
+                 time.time() - t0)
+    plot(os.path.join(RESULTS, name + "_throughput.png"), kernels)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""The fast kernels (default) against the exact pairwise reference kernels.
+
+Metric, per query q and document i (for g, h and the values alike):
+
+    |fast_i - exact_i| <= 1e-6 * max_{j in q} |exact_j| + B_q
+
+where B_q is the a-priori bound of the skipped saturated pairs stated in ``_kernels`` (below
+1e-11 of the query's natural scale even for 1e5 documents). B_q only matters for a query whose
+every pair is saturated (its exact gradient is itself below ~1e-16 of that scale); everywhere
+else the check is a plain 1e-6 relative one.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from approx_gbdt import _kernels as K
+from approx_gbdt.objectives import ApproxAP, ApproxNDCG
+
+MODES = ["exact", "bound", "abs", "mixed", "constant"]
+ET = math.exp(-K._T)
+
+
+def _ref(obj, s, y, ptr, mode, w):
+    prep = obj._prepare(y, ptr, cache=False)
+    a = prep.arrays
+    n = s.shape[0]
+    g, h = np.empty(n), np.empty(n)
+    wk = [np.zeros(n) for _ in range(8)]
+    m = K.__dict__["HESS_" + mode.upper()]
+    common = (obj.hessian_floor, obj.hessian_constant, obj.normalize, g, h)
+    if isinstance(obj, ApproxNDCG):
+        K._ref_ndcg_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, w, obj.alpha, obj._k,
+                              obj.beta, m, *common, *wk[:6])
+    else:
+        K._ref_ap_grad_hess(s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, w,
+                            obj.alpha, obj.beta, m, *common, *wk)
+    return g, h, wk[1], wk[2]  # v, e
+
+
+def _fast(obj, s, y, ptr, mode, w, par_min=K._PAR_MIN, order=None):
+    prep = obj._prepare(y, ptr, cache=False)
+    a = prep.arrays
+    n = s.shape[0]
+    g, h = np.empty(n), np.empty(n)
+    order = prep.work["order"] if order is None else order
+    m = K.__dict__["HESS_" + mode.upper()]
+    common = (obj.hessian_floor, obj.hessian_constant, obj.normalize, g, h, order, par_min)
+    if isinstance(obj, ApproxNDCG):
+        K.ndcg_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, w, obj.alpha, obj._k,
+                         obj.beta, m, *common)
+    else:
+        K.ap_grad_hess(s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, w, obj.alpha,
+                       obj.beta, m, *common)
+    return g, h
+
+
+def _check(ref, fast, ptr, bound, what):
+    for q in range(len(ptr) - 1):
+        r = ref[ptr[q]:ptr[q + 1]]
+        f = fast[ptr[q]:ptr[q + 1]]
+        if r.size == 0:
+            continue
+        tol = 1e-6 * np.abs(r).max() + bound[q]
+        err = np.abs(r - f).max()
+        assert err <= tol, f"{what}: query {q} (n={r.size}) error {err:.3g} > {tol:.3g}"
+
+
+def _compare(obj, s, y, ptr, mode, w=None, par_min=K._PAR_MIN):
+    w = np.empty(0) if w is None else w
+    g0, h0, v, e = _ref(obj, s, y, ptr, mode, w)
+    g1, h1 = _fast(obj, s, y, ptr, mode, w, par_min)
+    nq = len(ptr) - 1
+    wmax = w.max() if w.size else 1.0
+    bg, bh = np.zeros(nq), np.zeros(nq)
+    for q in range(nq):
+        a, b = ptr[q], ptr[q + 1]
+        if b - a < 2:
+            continue
+        n = b - a
+        vm = np.abs(v[a:b]).max()
+        em = np.abs(e[a:b]).max()
+        # window bound (module notes), x2 for the effect of the positions on v and e, times the
+        # normalisation (<= 1 / ln 2) and the weights
+        scale = 2.0 * (n - 1) * ET * wmax / math.log(2.0)
+        beta = getattr(obj, "beta", 0.0)
+        bg[q] = scale * obj.alpha * 2 * vm * (1 + beta)
+        bh[q] = scale * obj.alpha**2 * (2 * vm + em * (1 + n)) * (1 + beta) ** 2
+    _check(g0, g1, ptr, bg, f"{obj!r} {mode} grad")
+    _check(h0, h1, ptr, bh, f"{obj!r} {mode} hess")
+
+
+def _data(seed, nq=30, max_n=70, spread=1.0, ties=False, alpha=10.0):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, max_n, nq)
+    sizes[0] = 1
+    sizes[1] = 2
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    y = rng.integers(0, 5, n).astype(float)
+    y[ptr[2]:ptr[3]] = 0.0  # a query with nothing relevant
+    s = rng.normal(size=n) * spread / alpha
+    if ties:
+        s = np.round(s * alpha) / alpha
+    return s, y, ptr
+
+
+OBJECTIVES = [
+    lambda m: ApproxNDCG(hessian=m),
+    lambda m: ApproxNDCG(hessian=m, k=5),
+    lambda m: ApproxNDCG(hessian=m, normalize=False, alpha=3.0),
+    lambda m: ApproxAP(hessian=m),
+    lambda m: ApproxAP(hessian=m, normalize=False, beta=2.0),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("spread", [0.0, 0.05, 1.0, 10.0, 100.0, 1e4, 1e6])
+def test_fast_equals_reference(mode, spread):
+    s, y, ptr = _data(int(spread) % 97, spread=spread, ties=spread == 10.0)
+    for make in OBJECTIVES:
+        _compare(make(mode), s, y, ptr, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_parallel_split_equals_reference(mode):
+    # par_min=16 sends most queries through the row-split (multi-threaded) path
+    s, y, ptr = _data(5, nq=12, max_n=300, spread=3.0)
+    w = np.random.default_rng(1).uniform(0.5, 2.0, s.shape[0])
+    for make in OBJECTIVES:
+        _compare(make(mode), s, y, ptr, mode, par_min=16)
+        _compare(make(mode), s, y, ptr, mode, w=w, par_min=16)
+    s[:] = 0.0
+    for make in OBJECTIVES:
+        _compare(make(mode), s, y, ptr, mode, par_min=16)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_weights_and_mixed_spreads(mode):
+    rng = np.random.default_rng(7)
+    s, y, ptr = _data(7, spread=1.0)
+    # huge gaps between tight clusters: windows and exp blocks both cut
+    s = s + 1e3 * rng.integers(0, 4, s.shape[0]) / 10.0
+    w = rng.uniform(0.0, 3.0, s.shape[0])
+    for make in OBJECTIVES:
+        _compare(make(mode), s, y, ptr, mode, w=w)
+
+
+def test_one_huge_query():
+    rng = np.random.default_rng(3)
+    n = 20_000
+    ptr = np.array([0, n], dtype=np.int64)
+    y = (rng.random(n) < 0.4) * rng.integers(1, 5, n).astype(float)
+    # wide enough that windows are partial, close enough that thousands of pairs are live
+    s = rng.normal(size=n) * 0.5
+    _compare(ApproxNDCG(hessian="mixed"), s, y, ptr, "mixed")
+    y_ap = np.zeros(n)
+    y_ap[rng.choice(n, 15, replace=False)] = 1.0
+    _compare(ApproxAP(hessian="mixed"), s, y_ap, ptr, "mixed")
+
+
+def test_order_persists_between_calls():
+    s, y, ptr = _data(11, nq=20, max_n=200, spread=2.0)
+    obj = ApproxNDCG()
+    prep = obj._prepare(y, ptr, cache=False)
+    order = prep.work["order"]
+    rng = np.random.default_rng(0)
+    for step in range(4):
+        # small moves (insertion sort path) then a shuffle (fallback path)
+        s = s + (0.01 if step < 2 else 1.0) * rng.normal(size=s.shape[0])
+        g0, h0, _, _ = _ref(obj, s, y, ptr, "mixed", np.empty(0))
+        g1, h1 = _fast(obj, s, y, ptr, "mixed", np.empty(0), order=order)
+        np.testing.assert_allclose(g1, g0, rtol=0, atol=1e-9 * np.abs(g0).max())
+        np.testing.assert_allclose(h1, h0, rtol=0, atol=1e-9 * np.abs(h0).max())
+        for q in range(len(ptr) - 1):
+            o = order[ptr[q]:ptr[q + 1]]
+            if o.size < 2 or o[0] < 0:  # queries never sorted (one document, or Z = 0)
+                continue
+            assert sorted(o.tolist()) == list(range(o.size))
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.0, 1e5])
+def test_values_and_positions(spread):
+    s, y, ptr = _data(13, spread=spread, ties=True)
+    n = s.shape[0]
+    p0, p1 = np.empty(n), np.empty(n)
+    K._ref_smoothed_positions(s, ptr, 10.0, p0)
+    K.smoothed_positions(s, ptr, 10.0, p1)
+    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
+    for obj in [ApproxNDCG(), ApproxNDCG(k=3)]:
+        a = obj._prepare(y, ptr, cache=False).arrays
+        v0 = K._ref_ndcg_value(s, a["gains"], a["inv_z"], ptr, 10.0, obj._k, obj.beta, p0)
+        np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)
+    obj = ApproxAP()
+    a = obj._prepare(y, ptr, cache=False).arrays
+    v0 = K._ref_ap_value(s, a["rel_idx"], a["rel_ptr"], a["inv_r"], ptr, 10.0, 10.0, p0)
+    np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)
