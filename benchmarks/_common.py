@@ -624,13 +624,25 @@ def run_unit(task: dict) -> dict:
     tried = []
     best = None
     t0 = time.perf_counter()
+    errors = []
     for config in grid_for(method, task["grid"]):
-        scores, valid, n_iter, seconds = fit_predict(
-            method, fold, task["seed"], config, budget, _XGB_CACHE
-        )
+        try:
+            scores, valid, n_iter, seconds = fit_predict(
+                method, fold, task["seed"], config, budget, _XGB_CACHE
+            )
+        except Exception as err:  # one failing configuration must not end a long run
+            errors.append(f"{config_label(method, config)}: {type(err).__name__}: {err}")
+            continue
+        if not np.all(np.isfinite(scores)):
+            errors.append(f"{config_label(method, config)}: non-finite test scores")
+            continue
         tried.append((config_label(method, config), valid, n_iter, seconds))
-        if best is None or valid > best[1]:  # ties: the first configuration in the grid
+        # ties (and NaN validation scores): the first configuration in the grid
+        if best is None or valid > best[1] or (best[1] != best[1] and valid == valid):
             best = (scores, valid, n_iter, seconds, config_label(method, config))
+    if best is None:
+        raise RuntimeError(f"{method.name}, fold {task['fold']}, seed {task['seed']}: every "
+                           "configuration failed: " + "; ".join(errors))
     scores, valid, n_iter, seconds, label = best
     return {
         "method": task["method"],
@@ -642,6 +654,7 @@ def run_unit(task: dict) -> dict:
         "seconds": seconds,
         "grid_seconds": time.perf_counter() - t0,
         "tried": tried,
+        "errors": errors,
         "test": per_query_measures(scores, fold.test),
     }
 

@@ -66,9 +66,12 @@ DEFAULT_METHODS = [
     "xgb:approx_ndcg",
     "xgb:approx_ap",
     # Rows for the cross-metric matrix (Yilmaz & Robertson 2009): the same smoothing, a
-    # truncated target measure.
+    # truncated target measure. For k=1 the default truncation sharpness beta=10 learns
+    # nothing from the constant initial score (sigmoid(beta (k + 1/2 - pos)) is ~e^-85 at
+    # pos ~ (n + 1)/2 = 10 on MQ2008, so every gradient vanishes and early stopping keeps
+    # round 1); beta=1 trains.
     "lgb:approx_ndcg(k=10)",
-    "lgb:approx_ndcg(k=1)",
+    "lgb:approx_ndcg(k=1,beta=1)",
 ]
 NEURAL_METHODS = ["nn:approx_ndcg"]
 REFERENCE = "lgb:lambdarank"
@@ -212,7 +215,7 @@ def pfmt(p):
     return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
 
 
-def report(args, argv, folds, methods, results, elapsed) -> tuple[str, dict]:
+def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str, dict]:
     data = C.dataset_label(args.data)
     n_folds = len(folds)
     values = pooled(results, methods, n_folds)
@@ -248,6 +251,14 @@ def report(args, argv, folds, methods, results, elapsed) -> tuple[str, dict]:
         "",
     ]
     lines += [f"- `{m.name}`: {C.objective_repr(m)}" for m in methods]
+    if failed:
+        lines += ["", "Failed runs (their methods are left out):", ""]
+        lines += [f"- {text}" for text in failed]
+    config_errors = [f"{r['method']} fold {r['fold']} seed {r['seed']}: {e}"
+                     for r in results for e in r.get("errors", [])]
+    if config_errors:
+        lines += ["", "Grid points that failed (the others were compared):", ""]
+        lines += [f"- {text}" for text in config_errors]
 
     # -- main table ---------------------------------------------------------------------------
     by_method = defaultdict(list)
@@ -398,25 +409,41 @@ def main(argv=None):
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    results = []
+    results, failed = [], []
     bar = tqdm(total=len(tasks), desc=f"quality {C.dataset_label(args.data)}", unit="run")
     if args.jobs <= 1:
         C.worker_init(args.threads)
         for task in tasks:
-            results.append(C.run_unit(task))
+            try:
+                results.append(C.run_unit(task))
+            except RuntimeError as err:
+                failed.append(str(err))
+                tqdm.write(f"FAILED: {err}")
             bar.update()
     else:
         ctx = mp.get_context("spawn")
         with ProcessPoolExecutor(args.jobs, mp_context=ctx, initializer=C.worker_init,
                                  initargs=(args.threads,)) as pool:
-            futures = [pool.submit(C.run_unit, t) for t in tasks]
+            futures = {pool.submit(C.run_unit, t): t for t in tasks}
             for fut in as_completed(futures):
-                results.append(fut.result())
-                bar.set_postfix_str(results[-1]["method"], refresh=False)
+                try:
+                    results.append(fut.result())
+                    bar.set_postfix_str(results[-1]["method"], refresh=False)
+                except RuntimeError as err:
+                    failed.append(str(err))
+                    tqdm.write(f"FAILED: {err}")
                 bar.update()
     bar.close()
     elapsed = time.perf_counter() - t0
-    text, summary = report(args, argv, folds, methods, results, elapsed)
+    done = Counter(r["method"] for r in results)
+    incomplete = [m for m in methods if done[m.name] < len(folds) * args.seeds]
+    if incomplete:
+        print("left out of the report (failed runs): " + ", ".join(m.name for m in incomplete))
+        methods = [m for m in methods if m not in incomplete]
+        results = [r for r in results if done[r["method"]] == len(folds) * args.seeds]
+    if not methods:
+        raise SystemExit("every method failed:\n" + "\n".join(failed))
+    text, summary = report(args, argv, folds, methods, results, elapsed, failed)
     label = C.dataset_label(args.data)
     md = out_dir / f"quality_{label}.md"
     md.write_text(text)
