@@ -1,0 +1,740 @@
+"""The ``approx-gbdt`` command (also ``python -m approx_gbdt``).
+
+Commands::
+
+    approx-gbdt demo                      # ApproxNDCG, ApproxAP and lambdarank on generated data
+    approx-gbdt train --train train.txt --valid vali.txt --objective approx_ndcg --out model.txt
+    approx-gbdt evaluate --model model.txt --data test.txt
+    approx-gbdt compare --data path/to/MQ2008   # benchmarks/quality.py (source checkout only)
+
+User errors (a missing or malformed file, an unknown objective, mismatched feature counts) end
+with one line ``approx-gbdt: error: ...`` on stderr and a non-zero exit status, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import inspect
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["CLIError", "main"]
+
+PROG = "approx-gbdt"
+APPROX = ("approx_ndcg", "approx_ap")
+NATIVE = {
+    "lightgbm": ("lambdarank", "rank_xendcg"),
+    "xgboost": ("rank:ndcg", "rank:map", "rank:pairwise"),
+}
+TABLE_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+EVAL_METRICS = (*TABLE_METRICS, "p@10", "mrr")
+LABELS = {"ndcg@1": "NDCG@1", "ndcg@3": "NDCG@3", "ndcg@5": "NDCG@5", "ndcg@10": "NDCG@10",
+          "map": "MAP", "p@10": "P@10", "mrr": "MRR"}
+# Early stopping watches NDCG@10 on --valid as approx_gbdt.metrics computes it (what evaluate
+# prints): tied scores ranked worst-first, queries without a relevant document left out. The
+# host libraries' own ndcg keeps tied documents in file order, which rewards the heavily tied
+# scores of the first rounds on LETOR files and can stop training after a round or two.
+STOP_METRIC = "ndcg@10"
+
+
+class CLIError(Exception):
+    """A user error: reported as one line on stderr, exit status ``status`` (no traceback)."""
+
+    def __init__(self, message, status=1):
+        super().__init__(message)
+        self.status = status
+
+
+def _usage(message):
+    """A command-line mistake (exit status 2, as argparse)."""
+    return CLIError(message, status=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers: data, objectives, progress bars
+# --------------------------------------------------------------------------------------------
+
+
+def _first_bad_line(path):
+    """``(line number, line)`` of the first line that is not ``label [qid:Q] i:v ... [# ...]``."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                tokens = line.split("#", 1)[0].split()
+                if not tokens:
+                    continue
+                try:
+                    float(tokens[0])
+                    for token in tokens[1:]:
+                        key, sep, value = token.partition(":")
+                        if not sep:
+                            raise ValueError(token)
+                        if key == "qid":
+                            int(value)
+                        else:
+                            int(key)
+                            float(value)
+                except ValueError:
+                    return number, line.strip()
+    except (OSError, EOFError):
+        return None
+    return None
+
+
+def _load(path, what="data"):
+    """load_letor with its errors turned into one-line user errors."""
+    from approx_gbdt.datasets import load_letor
+
+    try:
+        return load_letor(path)
+    except FileNotFoundError as err:
+        raise CLIError(f"{what} file not found: {path}") from err
+    except ValueError as err:
+        bad = _first_bad_line(path)
+        if bad is not None:
+            number, line = bad
+            shown = line if len(line) <= 60 else line[:57] + "..."
+            raise CLIError(
+                f"{path}: line {number} is not 'label qid:Q index:value ...': {shown!r}"
+            ) from err
+        raise CLIError(" ".join(str(err).split())) from err
+
+
+def _pad(data, width):
+    """Zero columns up to ``width`` (sparse LETOR convention: an absent feature is 0)."""
+    missing = width - data.X.shape[1]
+    return data if missing <= 0 else data._replace(X=np.pad(data.X, ((0, 0), (0, missing))))
+
+
+def _all_objectives():
+    names = ["approx_ndcg", "approx_ndcg@K", "approx_ap"]
+    for backend, native in NATIVE.items():
+        names.append(f"{', '.join(native)} ({backend})")
+    return ", ".join(names)
+
+
+def _parse_objective(name, backend, k):
+    """``(base name, k)`` for a valid name on ``backend``; CLIError otherwise."""
+    match = re.fullmatch(r"approx_ndcg@(\d+)", name)
+    if match:
+        if k is not None and k != int(match.group(1)):
+            raise _usage(f"--objective {name} and --k {k} disagree")
+        return "approx_ndcg", int(match.group(1))
+    if name in APPROX or name in NATIVE[backend]:
+        return name, k
+    for other, native in NATIVE.items():
+        if name in native:
+            raise _usage(
+                f"objective {name!r} needs --backend {other}; for --backend {backend} use one "
+                f"of: {', '.join(('approx_ndcg', 'approx_ndcg@K', 'approx_ap') + NATIVE[backend])}"
+            )
+    raise _usage(f"unknown objective {name!r}; valid objectives: {_all_objectives()}")
+
+
+def _approx_objective(name, **given):
+    """The ready-made objective, or a new one with the given options overriding its settings.
+
+    Settings that are not given are read from the ready-made instance (``approx_ndcg_obj`` or
+    ``approx_ap_obj``) through the class signature, so the command line always starts from the
+    package's defaults.
+    """
+    from approx_gbdt.objectives import ApproxAP, ApproxNDCG, approx_ap_obj, approx_ndcg_obj
+
+    if name == "approx_ndcg":
+        cls, ready = ApproxNDCG, approx_ndcg_obj
+    else:
+        cls, ready = ApproxAP, approx_ap_obj
+    given = {key: value for key, value in given.items() if value is not None}
+    if not given:
+        return ready
+    params = inspect.signature(cls).parameters
+    for key in given:
+        if key not in params:
+            raise _usage(f"--{key} does not apply to {name}")
+    settings = {p: getattr(ready, p) for p in params if hasattr(ready, p)}
+    try:
+        return cls(**{**settings, **given})
+    except (TypeError, ValueError) as err:
+        raise _usage(str(err)) from err
+
+
+def _bar(total, desc, enabled):
+    from tqdm.auto import tqdm
+
+    # enabled: True, False, or None (on when stderr is a terminal)
+    disable = None if enabled is None else not enabled
+    return tqdm(total=total, desc=desc, unit="round", disable=disable, file=sys.stderr,
+                dynamic_ncols=True, leave=True)
+
+
+class _LightGBMProgress:
+    """LightGBM callback: one tqdm step per boosting round, the validation metric as postfix."""
+
+    order = 10
+    before_iteration = False
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def __call__(self, env):
+        self.bar.update(1)
+        if env.evaluation_result_list:
+            _, metric, value = env.evaluation_result_list[0][:3]
+            self.bar.set_postfix_str(f"valid {metric} {value:.4f}", refresh=False)
+
+
+def _xgboost_progress(bar):
+    import xgboost as xgb
+
+    class _XGBoostProgress(xgb.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            bar.update(1)
+            for data_name, metrics in evals_log.items():
+                for metric, values in metrics.items():
+                    bar.set_postfix_str(f"{data_name} {metric} {values[-1]:.4f}", refresh=False)
+            return False
+
+    return _XGBoostProgress()
+
+
+def _lightgbm_params(objective, *, learning_rate, seed, threads, extra=None):
+    params = {
+        "objective": objective,
+        "metric": "None",  # early stopping uses approx_gbdt's NDCG@10 (feval)
+        "learning_rate": learning_rate,
+        "num_leaves": 31,
+        "min_data_in_leaf": 20,
+        "seed": seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "num_threads": threads,
+        "verbosity": -1,
+    }
+    params.update(extra or {})
+    return params
+
+
+def _train_lightgbm(params, train, valid, *, rounds, patience, progress, desc):
+    """lgb.train with early stopping on ``valid`` (if any) and a progress bar.
+
+    Returns ``(booster, validation curve, seconds)``.
+    """
+    import lightgbm as lgb
+
+    from approx_gbdt.metrics import make_lightgbm_feval
+    from approx_gbdt.utils import group_sizes_from_ptr
+
+    dtrain = lgb.Dataset(train.X, train.y, group=group_sizes_from_ptr(train.group_ptr),
+                         free_raw_data=False)
+    record, callbacks, valid_sets = {}, [], []
+    if valid is not None:
+        dvalid = lgb.Dataset(valid.X, valid.y, group=group_sizes_from_ptr(valid.group_ptr),
+                             reference=dtrain)
+        valid_sets = [dvalid]
+        callbacks += [lgb.record_evaluation(record),
+                      lgb.early_stopping(patience, first_metric_only=True, verbose=False)]
+    with _bar(rounds, desc, progress) as bar:
+        start = time.perf_counter()
+        booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=valid_sets,
+                            valid_names=["valid"][: len(valid_sets)],
+                            feval=make_lightgbm_feval(STOP_METRIC) if valid_sets else None,
+                            callbacks=[_LightGBMProgress(bar), *callbacks])
+        seconds = time.perf_counter() - start
+        if valid_sets and booster.current_iteration() < rounds:
+            bar.set_postfix_str(f"stopped early, best round {booster.best_iteration}")
+    curve = record.get("valid", {}).get(STOP_METRIC, [])
+    return booster, curve, seconds
+
+
+def _train_xgboost(params, obj, train, valid, *, rounds, patience, progress, desc):
+    import xgboost as xgb
+
+    from approx_gbdt.metrics import make_xgboost_metric
+    from approx_gbdt.utils import group_sizes_from_ptr
+
+    def dmatrix(data):
+        d = xgb.DMatrix(data.X, label=data.y)
+        d.set_group(group_sizes_from_ptr(data.group_ptr))
+        return d
+
+    dtrain = dmatrix(train)
+    evals = [] if valid is None else [(dmatrix(valid), "valid")]
+    record = {}
+    with _bar(rounds, desc, progress) as bar:
+        start = time.perf_counter()
+        booster = xgb.train(params, dtrain, num_boost_round=rounds, evals=evals, obj=obj,
+                            custom_metric=make_xgboost_metric(STOP_METRIC) if evals else None,
+                            maximize=True if evals else None,
+                            early_stopping_rounds=patience if evals else None,
+                            evals_result=record, verbose_eval=False,
+                            callbacks=[_xgboost_progress(bar)])
+        seconds = time.perf_counter() - start
+        if evals and booster.num_boosted_rounds() < rounds:
+            bar.set_postfix_str(f"stopped early, best round {booster.best_iteration + 1}")
+    curve = record.get("valid", {}).get(STOP_METRIC, [])
+    if evals:  # keep the best rounds only, so that the saved model predicts with them
+        booster = booster[: booster.best_iteration + 1]
+    return booster, curve, seconds
+
+
+def _format_table(header, rows, floats=4):
+    """Plain aligned text table; the first column left-aligned, the others right-aligned."""
+    cells = [[str(h) for h in header]]
+    for row in rows:
+        cells.append([c if isinstance(c, str) else f"{c:.{floats}f}" if isinstance(c, float)
+                      else str(c) for c in row])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for r in cells:
+        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        lines.append("  ".join(parts).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _undefined_note(data, threshold=1.0):
+    n_q = data.n_queries
+    best = np.maximum.reduceat(data.y, data.group_ptr[:-1]) if data.y.size else np.zeros(0)
+    none_rel = int(np.sum(best < threshold))
+    all_zero = int(np.sum(best <= 0))
+    if none_rel == all_zero:
+        return (f"queries without a relevant document (label >= {threshold:g}) are left out of "
+                f"the means: {none_rel} of {n_q}")
+    return (f"queries left out of the means: {all_zero} of {n_q} (all labels 0) for NDCG, "
+            f"{none_rel} of {n_q} (no label >= {threshold:g}) for MAP, P@10 and MRR")
+
+
+# --------------------------------------------------------------------------------------------
+# demo
+# --------------------------------------------------------------------------------------------
+
+
+def _plot(curves, best, path, title):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.2), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for name, curve in curves.items():
+        rounds = np.arange(1, len(curve) + 1)
+        (line,) = ax.plot(rounds, curve, label=f"{name} (best round {best[name]})", lw=1.5)
+        ax.plot(best[name], curve[best[name] - 1], "o", color=line.get_color())
+    ax.set_xlabel("boosting round")
+    ax.set_ylabel("validation NDCG@10")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def cmd_demo(args):
+    import lightgbm  # noqa: F401  (fail early if missing)
+
+    from approx_gbdt.datasets import make_ranking_splits
+    from approx_gbdt.metrics import evaluate
+    from approx_gbdt.objectives import approx_ap_obj, approx_ndcg_obj
+
+    if args.queries < 10:
+        raise _usage(f"--queries must be at least 10, got {args.queries}")
+    if args.rounds < 1:
+        raise _usage(f"--rounds must be at least 1, got {args.rounds}")
+    if args.patience < 1:
+        raise _usage(f"--patience must be at least 1, got {args.patience}")
+    if not args.learning_rate > 0:
+        raise _usage(f"--learning-rate must be positive, got {args.learning_rate}")
+    out_dir = Path(args.out_dir)
+    if not out_dir.is_dir():
+        raise CLIError(f"output folder not found: {out_dir}")
+    n_valid = n_test = max(1, args.queries // 5)
+    sizes = (args.queries - n_valid - n_test, n_valid, n_test)
+    splits = make_ranking_splits(sizes, seed=args.seed)
+    train, valid, test = splits["train"], splits["valid"], splits["test"]
+    print(f"Generated data (seed {args.seed}): {sizes[0]} / {sizes[1]} / {sizes[2]} "
+          f"train / valid / test queries, {train.y.size} / {valid.y.size} / {test.y.size} "
+          f"documents, {train.X.shape[1]} features, labels 0-{int(train.y.max())}.")
+    print(f"LightGBM, learning rate {args.learning_rate:g}, at most {args.rounds} rounds, "
+          f"early stopping on validation NDCG@10 (patience {args.patience}).")
+    print(flush=True)
+
+    methods = {"ApproxNDCG": approx_ndcg_obj, "ApproxAP": approx_ap_obj,
+               "lambdarank": "lambdarank"}
+    rows, curves, best = [], {}, {}
+    for name, objective in methods.items():
+        params = _lightgbm_params(objective, learning_rate=args.learning_rate, seed=args.seed,
+                                  threads=args.threads)
+        booster, curve, seconds = _train_lightgbm(
+            params, train, valid, rounds=args.rounds, patience=args.patience,
+            progress=args.progress, desc=f"{name:<10}")
+        best_round = booster.best_iteration or booster.current_iteration()
+        scores = booster.predict(test.X, num_iteration=best_round)
+        values = evaluate(scores, test.y, test.group_ptr, TABLE_METRICS)
+        rows.append([name, *values.values(), best_round, f"{seconds:.1f}"])
+        curves[name], best[name] = curve, best_round
+
+    header = ["method", *(LABELS[m] for m in TABLE_METRICS), "best round", "train s"]
+    print(_format_table(header, rows))
+    print(f"Test set, {test.n_queries} queries; {_undefined_note(test)}.")
+    path = out_dir / "approx_gbdt_demo.png"
+    _plot(curves, best, path, f"Generated data, {sizes[0]} training queries (seed {args.seed})")
+    print(f"Plot of validation NDCG@10 against boosting rounds: {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# train
+# --------------------------------------------------------------------------------------------
+
+
+def _parse_params(items):
+    params = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _usage(f"--param expects KEY=VALUE, got {item!r}")
+        for convert in (int, float):
+            try:
+                value = convert(value)
+                break
+            except ValueError:
+                pass
+        params[key.strip()] = value
+    return params
+
+
+def cmd_train(args):
+    backend = args.backend
+    name, k = _parse_objective(args.objective, backend, args.k)
+    is_approx = name in APPROX
+    if not is_approx and (args.alpha is not None or k is not None or args.beta is not None):
+        raise _usage("--alpha, --k and --beta apply to the approx objectives only")
+    if args.rounds < 1:
+        raise _usage(f"--rounds must be at least 1, got {args.rounds}")
+    if args.patience < 1:
+        raise _usage(f"--patience must be at least 1, got {args.patience}")
+    if not args.learning_rate > 0:
+        raise _usage(f"--learning-rate must be positive, got {args.learning_rate}")
+    out = Path(args.out)
+    if backend == "xgboost" and out.suffix not in (".json", ".ubj"):
+        raise _usage(f"XGBoost models are saved as .json or .ubj, got --out {out}")
+    if not out.parent.is_dir():
+        raise CLIError(f"output folder not found: {out.parent}")
+    objective = _approx_objective(name, alpha=args.alpha, k=k, beta=args.beta) if is_approx \
+        else name
+    extra = _parse_params(args.param)
+
+    train = _load(args.train, "training")
+    valid = None if args.valid is None else _load(args.valid, "validation")
+    width = max(train.X.shape[1], 0 if valid is None else valid.X.shape[1])
+    train = _pad(train, width)
+    valid = None if valid is None else _pad(valid, width)
+    print(f"training: {args.train} ({train.n_queries} queries, {train.y.size} documents, "
+          f"{width} features)")
+    if valid is not None:
+        print(f"validation: {args.valid} ({valid.n_queries} queries, {valid.y.size} documents)")
+    print(f"objective: {objective if is_approx else name} ({backend})", flush=True)
+
+    fit = {"rounds": args.rounds, "patience": args.patience, "progress": args.progress,
+           "desc": "train"}
+    if backend == "lightgbm":
+        import lightgbm as lgb
+
+        params = _lightgbm_params(objective, learning_rate=args.learning_rate, seed=args.seed,
+                                  threads=args.threads, extra=extra)
+        try:
+            booster, curve, seconds = _train_lightgbm(params, train, valid, **fit)
+        except lgb.basic.LightGBMError as err:
+            raise CLIError(f"LightGBM: {err}") from err
+        except ValueError as err:  # the approx objectives' checks of the labels
+            raise CLIError(f"{args.train}: {err}") from err
+        best_round = booster.best_iteration or booster.current_iteration()
+        save = lambda: booster.save_model(out, num_iteration=best_round)  # noqa: E731
+        kind = "LightGBM text model"
+    else:
+        import xgboost as xgb
+
+        params = {
+            "eta": args.learning_rate,
+            "max_depth": 6,
+            "tree_method": "hist",
+            "disable_default_eval_metric": 1,  # early stopping uses approx_gbdt's NDCG@10
+            "seed": args.seed,
+        }
+        if args.threads > 0:
+            params["nthread"] = args.threads
+        if not is_approx:
+            params["objective"] = name
+        params.update(extra)
+        try:
+            booster, curve, seconds = _train_xgboost(
+                params, objective if is_approx else None, train, valid, **fit)
+        except xgb.core.XGBoostError as err:
+            raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
+        except ValueError as err:
+            raise CLIError(f"{args.train}: {err}") from err
+        best_round = booster.num_boosted_rounds()
+        save = lambda: booster.save_model(out)  # noqa: E731
+        kind = f"XGBoost {out.suffix[1:].upper()} model"
+    try:
+        save()
+    except OSError as err:
+        raise CLIError(f"cannot write {out}: {err}") from err
+    summary = f"{best_round} rounds in {seconds:.1f} s"
+    if curve:
+        summary += (f"; best round {best_round} of {len(curve)}, "
+                    f"validation NDCG@10 {curve[best_round - 1]:.4f}")
+    print(summary)
+    print(f"saved {kind}: {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# evaluate
+# --------------------------------------------------------------------------------------------
+
+
+def _load_model(path):
+    """``(library, predict(X), number of features)`` for a LightGBM or XGBoost model file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CLIError(f"model file not found: {path}")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"tree":
+        import lightgbm as lgb
+
+        try:
+            booster = lgb.Booster(model_file=str(path))
+        except lgb.basic.LightGBMError as err:
+            raise CLIError(f"{path}: not a valid LightGBM model ({err})") from err
+        return "LightGBM", booster.predict, booster.num_feature()
+    import xgboost as xgb
+
+    booster = xgb.Booster()
+    try:
+        booster.load_model(str(path))
+    except xgb.core.XGBoostError as err:
+        raise CLIError(
+            f"{path}: not a LightGBM text model or an XGBoost JSON/UBJSON model"
+        ) from err
+
+    def predict(X):
+        return booster.predict(xgb.DMatrix(X))
+
+    return "XGBoost", predict, booster.num_features()
+
+
+def cmd_evaluate(args):
+    from approx_gbdt.metrics import evaluate
+
+    library, predict, n_model = _load_model(args.model)
+    data = _load(args.data)
+    n_data = data.X.shape[1]
+    if n_data > n_model:
+        extra = data.X[:, n_model:]
+        if np.any(extra != 0):
+            raise CLIError(
+                f"mismatched feature counts: {args.data} has {n_data} features, the model "
+                f"{args.model} was trained on {n_model}"
+            )
+        data = data._replace(X=data.X[:, :n_model])
+    data = _pad(data, n_model)
+    values = evaluate(predict(data.X), data.y, data.group_ptr, EVAL_METRICS)
+    print(f"model: {args.model} ({library}, {n_model} features)")
+    print(f"data: {args.data} ({data.n_queries} queries, {data.y.size} documents)")
+    print()
+    print(_format_table(["metric", "value"], [[LABELS[m], v] for m, v in values.items()]))
+    print(_undefined_note(data) + ".")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------------------------
+
+
+def _quality_script():
+    import approx_gbdt
+
+    return Path(approx_gbdt.__file__).resolve().parents[1] / "benchmarks" / "quality.py"
+
+
+def cmd_compare(args, rest):
+    script = _quality_script()
+    if not script.is_file():
+        raise CLIError(
+            "compare needs a source checkout of approx_gbdt (it runs benchmarks/quality.py, "
+            f"which an installed wheel does not include; looked for {script})"
+        )
+    data = args.data
+    if not Path(data).exists() and ("/" in data or "\\" in data or data.startswith(".")):
+        raise CLIError(f"LETOR folder not found: {data}")
+    argv = ["--data", data]
+    for flag, value in (("--folds", args.folds), ("--seeds", args.seeds), ("--out", args.out)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.quick:
+        argv.append("--quick")
+    return subprocess.call([sys.executable, str(script), *argv, *rest])
+
+
+# --------------------------------------------------------------------------------------------
+# Parser and entry point
+# --------------------------------------------------------------------------------------------
+
+
+def _add_progress(p):
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--progress", dest="progress", action="store_true", default=None,
+                       help="always show the progress bar (default: when stderr is a terminal)")
+    group.add_argument("--no-progress", dest="progress", action="store_false",
+                       help="never show the progress bar")
+
+
+def _wrap(text):
+    return textwrap.fill(text, width=78)
+
+
+def build_parser():
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=formatter,
+        description=_wrap(
+            "ApproxNDCG and ApproxAP (Qin, Liu & Li 2010) as LightGBM/XGBoost objectives: a "
+            "demo, and training and evaluation on LETOR files."
+        ),
+        epilog="Run 'approx-gbdt COMMAND --help' for the options of a command.",
+    )
+    from approx_gbdt import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser(
+        "demo", formatter_class=formatter,
+        help="train ApproxNDCG, ApproxAP and lambdarank on generated data; print a table",
+        description=_wrap(
+            "Train LightGBM with ApproxNDCG, ApproxAP and the native lambdarank on generated "
+            "data (no download), print test NDCG@1/3/5/10 and MAP with the training time, and "
+            "plot validation NDCG@10 against boosting rounds (approx_gbdt_demo.png in "
+            "--out-dir). Deterministic for a seed (except the timings)."
+        ),
+    )
+    p.add_argument("--queries", type=int, default=600,
+                   help="number of generated queries, split 3:1:1 into train/valid/test "
+                        "(default 600)")
+    p.add_argument("--rounds", type=int, default=500, help="maximum boosting rounds (500)")
+    p.add_argument("--patience", type=int, default=40, help="early-stopping patience (40)")
+    p.add_argument("--learning-rate", type=float, default=0.1, help="learning rate (0.1)")
+    p.add_argument("--seed", type=int, default=0, help="data and LightGBM seed (0)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="LightGBM threads (1: on small data more threads mostly wait)")
+    p.add_argument("--out-dir", default=".", help="folder for approx_gbdt_demo.png (.)")
+    _add_progress(p)
+
+    p = sub.add_parser(
+        "train", formatter_class=formatter,
+        help="train a ranker on a LETOR file and save it in the library's own format",
+        description=_wrap(
+            "Train a ranker on a LETOR/SVMlight file ('label qid:Q 1:v 2:v ...') with early "
+            "stopping on --valid (NDCG@10), and save it in the host library's own format: a "
+            "LightGBM text model or an XGBoost .json/.ubj model, which load without "
+            "approx_gbdt."
+        ),
+        epilog="objectives:\n"
+               "  approx_ndcg, approx_ndcg@K, approx_ap      both backends\n"
+               "  lambdarank, rank_xendcg                    lightgbm\n"
+               "  rank:ndcg, rank:map, rank:pairwise         xgboost\n\n"
+               "example:\n"
+               "  approx-gbdt train --train Fold1/train.txt --valid Fold1/vali.txt \\\n"
+               "      --objective approx_ndcg@10 --backend lightgbm --out model.txt",
+    )
+    p.add_argument("--train", required=True, metavar="PATH", help="training LETOR file")
+    p.add_argument("--valid", metavar="PATH", help="validation LETOR file (early stopping)")
+    p.add_argument("--objective", default="approx_ndcg",
+                   help="objective name (default approx_ndcg; see below)")
+    p.add_argument("--backend", choices=sorted(NATIVE), default="lightgbm",
+                   help="host library (default lightgbm)")
+    p.add_argument("--out", required=True, metavar="MODEL",
+                   help="model file: LightGBM text (e.g. model.txt) or XGBoost .json/.ubj")
+    p.add_argument("--alpha", type=float, help="approx objectives: sharpness of the smoothed "
+                                               "positions (default: the package's)")
+    p.add_argument("--k", type=int, help="approx_ndcg: truncation at the top K (ApproxNDCG@K)")
+    p.add_argument("--beta", type=float, help="approx objectives: sharpness of the smoothed "
+                                              "truncation (ndcg@K) / indicator (ap)")
+    p.add_argument("--rounds", type=int, default=1000, help="maximum boosting rounds (1000)")
+    p.add_argument("--patience", type=int, default=50, help="early-stopping patience (50)")
+    p.add_argument("--learning-rate", type=float, default=0.05, help="learning rate (0.05)")
+    p.add_argument("--seed", type=int, default=0, help="seed (0)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads (default 0: the library's default, all cores)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="further LightGBM/XGBoost parameter, e.g. num_leaves=63 (repeatable)")
+    _add_progress(p)
+
+    p = sub.add_parser(
+        "evaluate", formatter_class=formatter,
+        help="NDCG@1/3/5/10, MAP, P@10 and MRR of a saved model on a LETOR file",
+        description=_wrap(
+            "Score a LETOR file with a saved LightGBM or XGBoost model (the library is "
+            "detected from the file) and print NDCG@1/3/5/10, MAP, P@10 and MRR, averaged "
+            "over the queries that have a relevant document (label >= 1). Features the file "
+            "lacks count as 0."
+        ),
+    )
+    p.add_argument("--model", required=True, metavar="MODEL", help="saved model file")
+    p.add_argument("--data", required=True, metavar="PATH", help="LETOR file to evaluate on")
+
+    p = sub.add_parser(
+        "compare", formatter_class=formatter,
+        help="quality benchmark on a LETOR folder (benchmarks/quality.py; source checkout)",
+        description=_wrap(
+            "Run the quality benchmark (benchmarks/quality.py of a source checkout) on a "
+            "LETOR folder: k-fold test NDCG and MAP of the approx objectives against the "
+            "native ones. Options not listed here are passed to quality.py (see 'python "
+            "benchmarks/quality.py --help')."
+        ),
+    )
+    p.add_argument("--data", required=True, metavar="PATH",
+                   help="LETOR folder (Fold1..FoldN or folds.json)")
+    p.add_argument("--folds", type=int, help="use only the first N folds")
+    p.add_argument("--seeds", type=int, help="number of seeds")
+    p.add_argument("--quick", action="store_true", help="smoke run")
+    p.add_argument("--out", metavar="DIR", help="output folder")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "compare":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        if args.command == "demo":
+            return cmd_demo(args)
+        if args.command == "train":
+            return cmd_train(args)
+        if args.command == "evaluate":
+            return cmd_evaluate(args)
+        return cmd_compare(args, rest)
+    except CLIError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return err.status
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""The approx-gbdt command, driven as a user would: ``python -m approx_gbdt ...`` in a subprocess.
+
+Data are small generated LETOR files; every bad-input case must end with a one-line error on
+stderr, a non-zero exit status and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file
+
+from approx_gbdt.cli import main
+from approx_gbdt.datasets import make_ranking_splits
+from approx_gbdt.metrics import evaluate
+
+FAST = ["--threads", "1", "--rounds", "25", "--patience", "5", "--learning-rate", "0.2"]
+
+
+def run_cli(*args, cwd=None, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "approx_gbdt", *map(str, args)],
+        capture_output=True, text=True, cwd=cwd, timeout=timeout,
+    )
+
+
+def write_letor(path, data, columns=None):
+    """Write ``data`` (RankingData) as LETOR text: ``label qid:Q 1:v 2:v ...``."""
+    X = data.X if columns is None else columns
+    qid = np.repeat(np.arange(data.n_queries), np.diff(data.group_ptr))
+    dump_svmlight_file(X, data.y, str(path), query_id=qid, zero_based=False)
+    return path
+
+
+def assert_user_error(result, *needles):
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("approx-gbdt: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def letor(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("letor")
+    splits = make_ranking_splits((30, 10, 10), seed=3, n_features=8, n_informative=5,
+                                 docs_per_query=(5, 20))
+    paths = {name: write_letor(folder / f"{name}.txt", d) for name, d in splits.items()}
+    test = splits["test"]
+    paths["narrow"] = write_letor(folder / "narrow.txt", test, test.X[:, :6])
+    paths["wide"] = write_letor(folder / "wide.txt", test, np.hstack([test.X, test.X[:, :3]]))
+    paths["malformed"] = folder / "malformed.txt"
+    lines = paths["test"].read_text().splitlines()
+    lines[4] = lines[4].replace(" 3:", " 3:x")
+    paths["malformed"].write_text("\n".join(lines) + "\n")
+    paths["folder"] = folder
+    paths["splits"] = splits
+    return paths
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points and --help
+# --------------------------------------------------------------------------------------------
+
+
+def test_console_script_is_declared():
+    (ep,) = entry_points(group="console_scripts", name="approx-gbdt")
+    assert ep.value == "approx_gbdt.cli:main"
+
+
+def test_module_help():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for command in ("demo", "train", "evaluate", "compare"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("command", ["demo", "train", "evaluate", "compare"])
+def test_command_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert f"usage: approx-gbdt {command}" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# demo
+# --------------------------------------------------------------------------------------------
+
+
+def test_demo_small(tmp_path):
+    result = run_cli("demo", "--queries", 40, "--rounds", 15, "--patience", 5,
+                     "--out-dir", tmp_path, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    out = result.stdout
+    header = next(line for line in out.splitlines() if line.startswith("method"))
+    for column in ("NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "best round", "train s"):
+        assert column in header
+    for method in ("ApproxNDCG", "ApproxAP", "lambdarank"):
+        row = next(line for line in out.splitlines() if line.startswith(method))
+        values = [float(v) for v in row.split()[1:6]]
+        assert all(0.0 <= v <= 1.0 for v in values), row
+    png = tmp_path / "approx_gbdt_demo.png"
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"boosting rounds: {png}" in out
+
+
+# --------------------------------------------------------------------------------------------
+# train -> evaluate round trip
+# --------------------------------------------------------------------------------------------
+
+CASES = [
+    ("lightgbm", "approx_ndcg", "lgb_approx.txt"),
+    ("lightgbm", "lambdarank", "lgb_native.txt"),
+    ("xgboost", "approx_ndcg@5", "xgb_approx.json"),
+    ("xgboost", "rank:ndcg", "xgb_native.ubj"),
+]
+
+
+@pytest.fixture(scope="module")
+def models(letor):
+    out = {}
+    for i, (backend, objective, name) in enumerate(CASES):
+        path = letor["folder"] / name
+        progress = ["--progress"] if i == 0 else ["--no-progress"]
+        result = run_cli("train", "--train", letor["train"], "--valid", letor["valid"],
+                         "--backend", backend, "--objective", objective, "--out", path,
+                         *FAST, *progress)
+        out[name] = (result, path)
+    return out
+
+
+@pytest.mark.parametrize("backend, objective, name", CASES)
+def test_train_then_evaluate(letor, models, backend, objective, name, capsys):
+    result, path = models[name]
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert path.is_file()
+    assert f"saved {'LightGBM' if backend == 'lightgbm' else 'XGBoost'}" in result.stdout
+    if name == CASES[0][2]:
+        assert "round" in result.stderr  # the progress bar
+
+    if name.startswith("lgb_native") or name.startswith("xgb_native"):
+        # in-process (cheaper); the approx models go through a subprocess
+        assert main(["evaluate", "--model", str(path), "--data", str(letor["test"])]) == 0
+        stdout = capsys.readouterr().out
+    else:
+        ev = run_cli("evaluate", "--model", path, "--data", letor["test"])
+        assert ev.returncode == 0, ev.stderr
+        stdout = ev.stdout
+    rows = dict(line.split() for line in stdout.splitlines()
+                if line.split()[:1] and line.split()[0] in
+                ("NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "P@10", "MRR"))
+    assert list(rows) == ["NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "P@10", "MRR"]
+    assert "left out of the means" in stdout
+
+    # The same numbers from the model loaded by the plain library (predictions below).
+    scores = np.asarray(json.loads(plain_predictions(letor, models)[name]))
+    test = letor["splits"]["test"]
+    expected = evaluate(scores, test.y, test.group_ptr, ["ndcg@10", "map", "mrr"])
+    assert float(rows["NDCG@10"]) == pytest.approx(expected["ndcg@10"], abs=1e-4)
+    assert float(rows["MAP"]) == pytest.approx(expected["map"], abs=1e-4)
+    assert float(rows["MRR"]) == pytest.approx(expected["mrr"], abs=1e-4)
+
+
+_PLAIN = """
+import json, sys
+sys.modules["approx_gbdt"] = None          # the saved models must not need approx_gbdt
+import lightgbm as lgb, xgboost as xgb
+from sklearn.datasets import load_svmlight_file
+X = load_svmlight_file(sys.argv[1])[0].toarray()
+out = {}
+for path in sys.argv[2:]:
+    if path.endswith(".txt"):
+        scores = lgb.Booster(model_file=path).predict(X)
+    else:
+        booster = xgb.Booster()
+        booster.load_model(path)
+        scores = booster.predict(xgb.DMatrix(X))
+    out[path.rsplit("/", 1)[-1]] = json.dumps(scores.tolist())
+print(json.dumps(out))
+"""
+_plain_cache: dict = {}
+
+
+def plain_predictions(letor, models):
+    """Test-set scores of every trained model, from a subprocess that blocks approx_gbdt."""
+    if not _plain_cache:
+        paths = [str(path) for result, path in models.values() if result.returncode == 0]
+        result = subprocess.run([sys.executable, "-c", _PLAIN, str(letor["test"]), *paths],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        _plain_cache.update(json.loads(result.stdout))
+    return _plain_cache
+
+
+def test_evaluate_pads_missing_features(letor, models, capsys):
+    """A LETOR file whose largest feature id is below the model's: absent features are 0."""
+    result, path = models["lgb_approx.txt"]
+    assert result.returncode == 0, result.stderr
+    assert main(["evaluate", "--model", str(path), "--data", str(letor["narrow"])]) == 0
+    assert "NDCG@10" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# User errors: one line, non-zero status, no traceback
+# --------------------------------------------------------------------------------------------
+
+
+def test_error_missing_file(letor, tmp_path):
+    result = run_cli("train", "--train", tmp_path / "nope.txt", "--out", tmp_path / "m.txt")
+    assert_user_error(result, "not found", "nope.txt")
+
+
+def test_error_malformed_line(letor, tmp_path):
+    result = run_cli("train", "--train", letor["malformed"], "--out", tmp_path / "m.txt")
+    assert_user_error(result, "malformed.txt", "line 5")
+
+
+def test_error_unknown_objective(letor, tmp_path):
+    result = run_cli("train", "--train", letor["train"], "--objective", "approx_dcg",
+                     "--out", tmp_path / "m.txt")
+    assert_user_error(result, "unknown objective 'approx_dcg'", "approx_ndcg", "lambdarank",
+                      "rank:ndcg")
+
+
+def test_error_objective_of_the_other_backend(letor, tmp_path):
+    result = run_cli("train", "--train", letor["train"], "--backend", "xgboost",
+                     "--objective", "lambdarank", "--out", tmp_path / "m.json")
+    assert_user_error(result, "lambdarank", "--backend lightgbm")
+
+
+def test_error_mismatched_feature_counts(letor, models):
+    result, path = models["xgb_approx.json"]
+    assert result.returncode == 0, result.stderr
+    ev = run_cli("evaluate", "--model", path, "--data", letor["wide"])
+    assert_user_error(ev, "mismatched feature counts", "11", "8")
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["train", "--train", "{train}", "--out", "m.txt", "--objective", "lambdarank",
+          "--alpha", "5"], "approx objectives only"),
+        (["train", "--train", "{train}", "--out", "m.txt", "--objective", "approx_ap",
+          "--k", "5"], "--k does not apply to approx_ap"),
+        (["train", "--train", "{train}", "--out", "m.txt", "--alpha", "-1"], "alpha"),
+        (["train", "--train", "{train}", "--backend", "xgboost", "--out", "m.bin"], ".json"),
+        (["evaluate", "--model", "missing.txt", "--data", "{test}"], "model file not found"),
+        (["evaluate", "--model", "{train}", "--data", "{test}"], "not a LightGBM text model"),
+        (["compare", "--data", "./no/such/folder"], "not found"),
+    ],
+)
+def test_error_in_process(letor, tmp_path, monkeypatch, capsys, argv, needle):
+    """The same error path, in-process (cheaper): status 1 or 2, one line on stderr."""
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(train=letor["train"], test=letor["test"]) for a in argv]
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status in (1, 2)
+    assert err.count("\n") == 1 and err.startswith("approx-gbdt: error: ") and needle in err
+
+
+def test_approx_options_start_from_the_ready_made_objective():
+    from approx_gbdt.cli import _approx_objective
+    from approx_gbdt.objectives import ApproxNDCG, approx_ap_obj, approx_ndcg_obj
+
+    assert _approx_objective("approx_ndcg") is approx_ndcg_obj
+    assert _approx_objective("approx_ap") is approx_ap_obj
+    obj = _approx_objective("approx_ndcg", alpha=3.0, k=7)
+    assert isinstance(obj, ApproxNDCG) and obj.alpha == 3.0 and obj.k == 7
+    assert obj.hessian == approx_ndcg_obj.hessian
+    assert obj.hessian_floor == approx_ndcg_obj.hessian_floor
