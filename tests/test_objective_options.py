@@ -1,0 +1,72 @@
+"""The options behind the defaults (docs/why_these_defaults.md): alpha invariance and defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from approx_gbdt import ApproxAP, ApproxNDCG, approx_ap_obj, approx_ndcg_obj
+from approx_gbdt.datasets import make_ranking_splits
+
+
+def _queries(seed=0, sizes=(2, 9, 31, 60)):
+    rng = np.random.default_rng(seed)
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    s = rng.normal(size=ptr[-1])
+    y = rng.integers(0, 3, size=ptr[-1]).astype(np.float64)
+    return s, y, ptr
+
+
+@pytest.mark.parametrize("cls", [ApproxNDCG, ApproxAP])
+@pytest.mark.parametrize("hessian", ["exact", "bound", "abs", "mixed"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_newton_step_scales_like_one_over_alpha(cls, hessian, normalize):
+    """The surrogate depends on alpha * s only: at (c alpha, s / c) the gradient is c times,
+    the Hessian c^2 times the one at (alpha, s) (before normalisation, which multiplies both
+    by the same per-query factor), so every per-document Newton step g / h is 1 / c times."""
+    s, y, ptr = _queries()
+    c = 4.0
+    g1, h1 = cls(alpha=3.0, hessian=hessian, normalize=False).grad_hess(s, y, ptr)
+    g2, h2 = cls(alpha=3.0 * c, hessian=hessian, normalize=normalize).grad_hess(s / c, y, ptr)
+    if not normalize:
+        np.testing.assert_allclose(g2, c * g1, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(h2, c * c * h1, rtol=1e-9, atol=1e-12)
+    live = h1 != 0
+    np.testing.assert_allclose(g2[live] / h2[live], g1[live] / h1[live] / c, rtol=1e-9)
+
+
+def test_constant_hessian_is_not_alpha_invariant():
+    s, y, ptr = _queries()
+    g1, h1 = ApproxNDCG(alpha=3.0, hessian="constant", normalize=False).grad_hess(s, y, ptr)
+    g2, h2 = ApproxNDCG(alpha=12.0, hessian="constant", normalize=False).grad_hess(s / 4, y, ptr)
+    np.testing.assert_allclose(h2, h1)
+    np.testing.assert_allclose(g2, 4 * g1, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [ApproxNDCG, ApproxAP])
+def test_lightgbm_model_is_alpha_invariant(cls):
+    """From a zero start, without L2 and per-query normalisation, LightGBM's Newton leaves make
+    alpha * f(x) exactly the same function for alpha and 4 alpha (powers of 2: no rounding)."""
+    lgb = pytest.importorskip("lightgbm")
+    d = make_ranking_splits((40, 5, 10), seed=3, docs_per_query=(10, 30))
+    tr, te = d["train"], d["test"]
+    preds = []
+    for alpha in (2.0, 8.0):
+        obj = cls(alpha=alpha, hessian="bound", normalize=False)
+        params = {
+            "objective": obj, "learning_rate": 0.1, "num_leaves": 7, "verbose": -1,
+            "min_sum_hessian_in_leaf": 0.0, "num_threads": 1, "deterministic": True,
+        }
+        ds = lgb.Dataset(tr.X, tr.y, group=np.diff(tr.group_ptr))
+        bst = lgb.train(params, ds, num_boost_round=8)
+        preds.append(alpha * bst.predict(te.X))
+    assert np.std(preds[0]) > 0.1
+    np.testing.assert_allclose(preds[1], preds[0], rtol=1e-5, atol=1e-6)
+
+
+def test_ready_made_defaults():
+    """The defaults chosen in docs/why_these_defaults.md."""
+    assert approx_ndcg_obj.hessian == "mixed" and approx_ndcg_obj.hessian_floor == 0.1
+    assert approx_ndcg_obj.normalize and approx_ndcg_obj.alpha == 10.0 and approx_ndcg_obj.k is None
+    assert repr(ApproxNDCG()) == repr(approx_ndcg_obj)
+    assert repr(ApproxAP()) == repr(approx_ap_obj)
