@@ -345,9 +345,14 @@ class ApproxNDCG(_ApproxObjective):
     alpha : float, default 10.0
         Sharpness of the smoothed positions, relative to the score scale.
     k : int, optional
-        Truncate at the top ``k`` positions (ApproxNDCG@k).
+        Truncate at the top ``k`` positions (ApproxNDCG@k). From a constant start every
+        document sits at the smoothed position ``(n + 1) / 2``, so a query much longer than
+        ``2 k`` gets (numerically) no gradient: combine it with the full-list objective or
+        start from a fitted model. The full list ranks better on the benchmarks, even at @k
+        (docs/why_these_defaults.md).
     hessian : {"mixed", "bound", "abs", "constant", "exact"}, default "mixed"
-        Hessian handed to the booster (``L = -sum ApproxNDCG``):
+        Hessian handed to the booster (``L = -sum ApproxNDCG``); "mixed" ranks best on the
+        benchmarks (docs/why_these_defaults.md):
 
         - ``"exact"``: exact diagonal; often negative, for analysis only.
         - ``"bound"``: ``alpha^2 sum_j w_kj |v_j - v_k|`` (Gauss-Newton-like, LambdaMART-like).
@@ -441,22 +446,27 @@ class ApproxAP(_ApproxObjective):
     ----------
     alpha : float, default 10.0
         Sharpness of the smoothed positions.
-    beta : float, default 10.0
-        Sharpness of the smoothed indicator ``1[pos_x < pos_y]``.
+    beta : float, default 0.3
+        Sharpness of the smoothed indicator ``1[pos_x < pos_y]``. A small beta ranks better
+        than Qin et al.'s large values (docs/why_these_defaults.md): AP does not depend on the
+        order of two relevant documents, but a sharp indicator gives such pairs large gradients.
     threshold : float, default 1.0
         Labels at or above it are relevant.
-    hessian, hessian_floor, hessian_constant, normalize
-        As in :class:`ApproxNDCG`. The exact diagonal (and so ``"abs"`` and ``"mixed"``) costs
-        O(n R^2) per query, against O(n^2 + n R) for ``"bound"`` and ``"constant"``.
+    hessian : {"bound", "mixed", "abs", "constant", "exact"}, default "bound"
+        As in :class:`ApproxNDCG`; "bound" ranks best for ApproxAP. The exact diagonal (and so
+        ``"abs"`` and ``"mixed"``) costs O(n R^2) per query, against O(n^2 + n R) for
+        ``"bound"`` and ``"constant"``.
+    hessian_floor, hessian_constant, normalize
+        As in :class:`ApproxNDCG`.
     """
 
     def __init__(
         self,
         *,
         alpha=10.0,
-        beta=10.0,
+        beta=0.3,
         threshold=1.0,
-        hessian="mixed",
+        hessian="bound",
         hessian_floor=0.1,
         hessian_constant=1.0,
         normalize=True,

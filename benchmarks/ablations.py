@@ -14,7 +14,8 @@ paired t statistic.
 Variants are strings::
 
     lgb:lambdarank | lgb:rank_xendcg | xgb:rank:ndcg | xgb:rank:map
-    ndcg[:opt=val,...]    ApproxNDCG(opts)         ap[:opt=val,...]    ApproxAP(opts)
+    ndcg[:opt=val,...]    ApproxNDCG(opts)
+    ap[:opt=val,...]      ApproxAP(hessian="mixed", beta=10, opts)  (the pre-study defaults)
     A+B                   sum of the components' gradients and Hessians (component option w=)
 
 Objective options: alpha, k, beta, hessian, hessian_floor, hessian_constant, normalize (0/1),
@@ -213,6 +214,9 @@ def load(name):
 # Variants
 # ------------------------------------------------------------------------------------------
 
+# A bare "ap" is ApproxAP(hessian="mixed", beta=10), the package defaults when the ablations
+# began (now hessian="bound", beta=0.3); cached runs and tables keep that meaning.
+AP_BASE = {"hessian": "mixed", "beta": 10.0}
 WRAP_KEYS = {"scale", "scale_floor", "alpha_end", "sched", "hmult", "w"}
 BOOST_KEYS = {"lr", "l2", "mshl", "leaves", "init", "rounds"}
 
@@ -246,6 +250,8 @@ class Component:
         from approx_gbdt.objectives import ApproxAP, ApproxNDCG
 
         obj_kw = {k: v for k, v in kw.items() if k not in WRAP_KEYS | BOOST_KEYS}
+        if kind == "ap":  # variants are relative to the defaults before this study
+            obj_kw = {**AP_BASE, **obj_kw}
         if "normalize" in obj_kw:
             obj_kw["normalize"] = bool(obj_kw["normalize"])
         self.obj = (ApproxNDCG if kind == "ndcg" else ApproxAP)(**obj_kw)
@@ -435,8 +441,9 @@ def table(results, specs, n_folds, seeds, ref="lgb:lambdarank"):
         runs = [[results[spec, i, s][m] for s in seeds] for i in range(n_folds)]
         return np.concatenate([np.nanmean(np.array(r, dtype=float), axis=0) for r in runs])
 
-    head = ("| variant | " + " | ".join(METRICS) + " | d@1 vs LR (t) | d@10 vs LR (t) "
-            "| dMAP vs LR (t) | trees | alpha x score sd |")
+    r = "LR" if ref == "lgb:lambdarank" else f"`{ref}`"
+    head = ("| variant | " + " | ".join(METRICS) + f" | d@1 vs {r} (t) | d@10 vs {r} (t) "
+            f"| dMAP vs {r} (t) | trees | alpha x score sd |")
     lines = [head, "|" + "---|" * (len(METRICS) + 6)]
     for spec in specs:
         cells = []
@@ -471,8 +478,9 @@ def main(argv=None):
     p.add_argument("--cache", default="/tmp/approx_gbdt_ablation_cache")
     p.add_argument("--out", default=None, help="markdown file (default results/ablations_DATA.md)")
     p.add_argument("--title", default="")
+    p.add_argument("--ref", default="lgb:lambdarank", help="variant of the paired differences")
     a = p.parse_args(argv)
-    specs = list(dict.fromkeys(["lgb:lambdarank", "lgb:rank_xendcg"]
+    specs = list(dict.fromkeys(["lgb:lambdarank", "lgb:rank_xendcg", a.ref]
                                + [v for s in a.set for v in SETS[s]] + a.variants))
     _FOLDS = load(a.data)
     seeds = list(range(a.seeds))
@@ -490,7 +498,7 @@ def main(argv=None):
         for j in jobs:
             spec, i, seed, res = _work(j)
             results[spec, i, seed] = res
-    md = table(results, specs, len(_FOLDS), seeds)
+    md = table(results, specs, len(_FOLDS), seeds, ref=a.ref)
     cmd = "python benchmarks/ablations.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     header = (
         f"# Ablations on {a.data}{': ' + a.title if a.title else ''}\n\n"
@@ -501,7 +509,10 @@ def main(argv=None):
         "per-query values averaged over seeds, then over queries. `d@k vs LR`: paired "
         "difference to LightGBM lambdarank over test queries (t statistic in brackets). "
         "`trees`: mean best iteration. `alpha x score sd`: alpha times the within-query "
-        "standard deviation of the test scores (the effective sharpness).\n\n"
+        "standard deviation of the test scores (the effective sharpness). A bare `ndcg` is "
+        "ApproxNDCG() (alpha 10, hessian mixed, floor 0.1, normalize); a bare `ap` is "
+        "ApproxAP(hessian='mixed', beta=10), the defaults before the ablations (now "
+        "hessian='bound', beta=0.3).\n\n"
     )
     text = header + md + "\n"
     print(text)

@@ -68,5 +68,7 @@ def test_ready_made_defaults():
     """The defaults chosen in docs/why_these_defaults.md."""
     assert approx_ndcg_obj.hessian == "mixed" and approx_ndcg_obj.hessian_floor == 0.1
     assert approx_ndcg_obj.normalize and approx_ndcg_obj.alpha == 10.0 and approx_ndcg_obj.k is None
+    assert approx_ap_obj.hessian == "bound" and approx_ap_obj.beta == 0.3
+    assert approx_ap_obj.normalize and approx_ap_obj.alpha == 10.0
     assert repr(ApproxNDCG()) == repr(approx_ndcg_obj)
     assert repr(ApproxAP()) == repr(approx_ap_obj)
