@@ -272,6 +272,8 @@ class _ApproxObjective:
         return self._grad_hess(s, prep, self._doc_weights(weights, prep.group_ptr, "doc"), None)
 
     def _from_xgboost(self, preds, dmatrix):
+        if dmatrix.num_row() == 0:  # a Dask worker that holds no training rows
+            return np.zeros(0), np.zeros(0)
         ptr = np.asarray(dmatrix.get_uint_info("group_ptr"), dtype=np.int64)
         if ptr.size == 0:
             raise ValueError(

@@ -32,7 +32,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 N_FEATURES = 8
 FEATURES = [f"f{i}" for i in range(N_FEATURES)]
 LGB_PARAMS = dict(
-    n_estimators=40, learning_rate=0.1, num_leaves=15, min_child_samples=20,
+    n_estimators=100, learning_rate=0.1, num_leaves=15, min_child_samples=20,
     deterministic=True, force_row_wise=True, random_state=0, verbose=-1,
 )
 XGB_PARAMS = dict(tree_method="hist", eta=0.1, max_depth=4, seed=0)
@@ -223,13 +223,11 @@ def test_lightgbm_dask_matches_single_machine(client, data, obj, tmp_path):
     local.fit(train[FEATURES], train["y"], group=np.diff(group_ptr(train)))
     dist_ndcg = ndcg10(model.to_local().predict(test[FEATURES]), test)
     local_ndcg = ndcg10(local.predict(test[FEATURES]), test)
-    assert dist_ndcg > 0.8
-    # ApproxAP: the gradients and Hessians LightGBM gets on the workers are bit-identical to the
-    # single-machine ones (checked), yet LightGBM's data-parallel learner grows a different first
-    # tree from them (AP's Hessians spread over four orders of magnitude at equal scores); the
-    # gap measured 0.003-0.016 over five data sets. ApproxNDCG stays within 0.006.
-    tol = 0.01 if isinstance(obj, ApproxNDCG) else 0.03
-    assert abs(dist_ndcg - local_ndcg) <= tol, (dist_ndcg, local_ndcg)
+    assert dist_ndcg > 0.8  # a constant model scores 0.14 here
+    # Compared once both are near convergence: after 40 trees ApproxAP is still on the steep part
+    # of its learning curve, where the distributed bin boundaries (found per worker) alone moved
+    # NDCG@10 by 0.03; with a bin per distinct value the gap was 0.0004.
+    assert abs(dist_ndcg - local_ndcg) <= 0.01, (dist_ndcg, local_ndcg)
     # Prediction through Dask agrees with the local copy of the model.
     dpred = model.predict(dd.from_pandas(test[FEATURES], npartitions=2)).compute()
     np.testing.assert_allclose(dpred, model.to_local().predict(test[FEATURES]), rtol=1e-6)
@@ -240,7 +238,7 @@ def test_xgboost_dask_matches_single_machine(client, data, obj, tmp_path):
     train, test, ddf = data
     rec = RecordingObjective(obj, str(tmp_path))
     out = adask.train_xgboost(
-        client, XGB_PARAMS, ddf, qid="qid", label="y", obj=rec, num_boost_round=40,
+        client, XGB_PARAMS, ddf, qid="qid", label="y", obj=rec, num_boost_round=100,
         evals=[(dd.from_pandas(test, npartitions=2, sort=False), "test")],
         verbose_eval=False,
     )
@@ -249,11 +247,11 @@ def test_xgboost_dask_matches_single_machine(client, data, obj, tmp_path):
     assert seen == fingerprints(train["y"], group_ptr(train))
 
     dtrain = xgb.DMatrix(train[FEATURES], train["y"], qid=train["qid"])
-    local = xgb.train(XGB_PARAMS, dtrain, 40, obj=obj)
+    local = xgb.train(XGB_PARAMS, dtrain, 100, obj=obj)
     dtest = xgb.DMatrix(test[FEATURES])
     dist_ndcg = ndcg10(out["booster"].predict(dtest), test)
     local_ndcg = ndcg10(local.predict(dtest), test)
-    assert dist_ndcg > 0.8
+    assert dist_ndcg > 0.8  # a constant model scores 0.14 here
     assert abs(dist_ndcg - local_ndcg) <= 0.01, (dist_ndcg, local_ndcg)
 
 

@@ -194,5 +194,7 @@ def test_values_and_positions(spread):
         np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)
     obj = ApproxAP()
     a = obj._prepare(y, ptr, cache=False).arrays
-    v0 = K._ref_ap_value(s, a["rel_idx"], a["rel_ptr"], a["inv_r"], ptr, 10.0, 10.0, p0)
+    v0 = K._ref_ap_value(
+        s, a["rel_idx"], a["rel_ptr"], a["inv_r"], ptr, obj.alpha, obj.beta, p0
+    )
     np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)

@@ -117,6 +117,15 @@ def test_datasets_without_query_information(data):
         xgb.train({}, xgb.DMatrix(Xtr, ytr), 1, obj=approx_ndcg_obj)
 
 
+def test_empty_xgboost_matrix_gives_empty_arrays(data):
+    # A Dask worker that holds no training rows calls the objective with an empty DMatrix.
+    Xtr, ytr, *_ = data
+    empty = xgb.DMatrix(Xtr[:0], ytr[:0])
+    for obj in [approx_ndcg_obj, approx_ap_obj]:
+        g, h = obj(np.zeros(0), empty)
+        assert g.shape == h.shape == (0,) and g.dtype == h.dtype == np.float64
+
+
 def test_lightgbm_weights_scale_documents(data):
     Xtr, ytr, gtr, *_ = data
     w = np.random.default_rng(2).uniform(0.5, 2.0, len(ytr))
