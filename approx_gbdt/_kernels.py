@@ -505,10 +505,12 @@ def _window_starts(x, jst):
         jst[r] = i
 
 
-@njit(fastmath=_FM, cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True)
 def _pos_seg(j0, j1, f, ex, col):
+    ex = ex[j0:j1]
+    col = col[j0:j1]
     acc = 0.0
-    for j in range(j0, j1):
+    for j in range(ex.shape[0]):
         e = f * ex[j]
         q = e / (1.0 + e)
         acc += q
@@ -529,11 +531,12 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
         row[i] += acc
 
 
-@njit(fastmath=_FM, cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True)
 def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
+    ex, v, cg, cb = ex[j0:j1], v[j0:j1], cg[j0:j1], cb[j0:j1]
     gi = 0.0
     bi = 0.0
-    for j in range(j0, j1):
+    for j in range(ex.shape[0]):
         e = f * ex[j]
         p = 1.0 / (1.0 + e)
         w = e * p * p
@@ -547,14 +550,16 @@ def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
     return gi, bi
 
 
-@njit(fastmath=_FM, cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True)
 def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
+    ex, v, ee = ex[j0:j1], v[j0:j1], ee[j0:j1]
+    cg, cb, ca, cB, cw = cg[j0:j1], cb[j0:j1], ca[j0:j1], cB[j0:j1], cw[j0:j1]
     gi = 0.0
     bi = 0.0
     ai = 0.0
     Bi = 0.0
     wi = 0.0
-    for j in range(j0, j1):
+    for j in range(ex.shape[0]):
         e = f * ex[j]
         p = 1.0 / (1.0 + e)
         w = e * p * p
@@ -904,13 +909,14 @@ def _ndcg_value_nb(gains, inv_z, group_ptr, k, beta, pos):
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(fastmath=_FM, cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True)
 def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC):
+    rE, Qr, S, TS, TD, TC = rE[j0:j1], Qr[j0:j1], S[j0:j1], TS[j0:j1], TD[j0:j1], TC[j0:j1]
     sa = 0.0
     ts = 0.0
     td = 0.0
     tc = 0.0
-    for b in range(j0, j1):
+    for b in range(rE.shape[0]):
         e = f * rE[b]
         p = 1.0 / (1.0 + e)
         q = e * p
