@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -349,8 +350,8 @@ class ApproxNDCG(_ApproxObjective):
     k : int, optional
         Truncate at the top ``k`` positions (ApproxNDCG@k). From a constant start every
         document sits at the smoothed position ``(n + 1) / 2``, so a query much longer than
-        ``2 k`` gets (numerically) no gradient: combine it with the full-list objective or
-        start from a fitted model. The full list ranks better on the benchmarks, even at @k
+        ``2 k`` gets (numerically) no gradient, and a ``RuntimeWarning`` says so: use the
+        full list, a smaller ``beta``, or start from a fitted model. The full list ranks better on the benchmarks, even at @k
         (docs/why_these_defaults.md).
     hessian : {"mixed", "bound", "abs", "constant", "exact"}, default "mixed"
         Hessian handed to the booster (``L = -sum ApproxNDCG``); "mixed" ranks best on the
@@ -410,7 +411,9 @@ class ApproxNDCG(_ApproxObjective):
         if not np.all(np.isfinite(z)):
             raise ValueError("the ideal DCG overflows float64: labels are too large")
         inv_z = np.divide(1.0, z, out=np.zeros_like(z), where=z > 0)
-        return {"gains": gains, "inv_z": inv_z}
+        # queries that can have a gradient: a relevant document and at least two documents
+        n_active = int(np.count_nonzero((z > 0) & (np.diff(group_ptr) > 1)))
+        return {"gains": gains, "inv_z": inv_z, "n_active": n_active}
 
     def _value(self, s, prep):
         a = prep.arrays
@@ -429,6 +432,16 @@ class ApproxNDCG(_ApproxObjective):
             self._mode(hessian), self.hessian_floor, self.hessian_constant, self.normalize,
             grad, hess, w["order"],
         )
+        if self._k and a["n_active"] and not grad.any() and (weights.size == 0 or weights.any()):
+            warnings.warn(
+                f"ApproxNDCG(k={self.k}, beta={self.beta:g}) has no gradient at these scores: "
+                f"every document's smoothed position is far below the top {self.k}, so the "
+                "truncation factor underflows and boosting will not move (typical at a "
+                "constant start on queries much longer than 2 k). Use k=None, a smaller beta, "
+                "or start from a fitted model (init_score / base_margin).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return grad, hess
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -72,3 +74,23 @@ def test_ready_made_defaults():
     assert approx_ap_obj.normalize and approx_ap_obj.alpha == 10.0
     assert repr(ApproxNDCG()) == repr(approx_ndcg_obj)
     assert repr(ApproxAP()) == repr(approx_ap_obj)
+
+
+def test_truncated_ndcg_warns_when_it_has_no_gradient():
+    # A constant start on a query much longer than 2 k: every smoothed position is (n + 1) / 2
+    # and the truncation factor underflows, so boosting would silently stay constant.
+    rng = np.random.default_rng(0)
+    n = 120
+    y = rng.integers(0, 3, n).astype(float)
+    ptr = np.array([0, n])
+    obj = ApproxNDCG(k=10)
+    with pytest.warns(RuntimeWarning, match="no gradient"):
+        g, _ = obj.grad_hess(np.zeros(n), y, ptr)
+    assert not g.any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g, _ = obj.grad_hess(rng.normal(size=n), y, ptr)  # spread scores: a gradient, no warning
+        assert g.any()
+        ApproxNDCG(k=10, beta=0.1).grad_hess(np.zeros(n), y, ptr)
+        ApproxNDCG().grad_hess(np.zeros(n), y, ptr)
+        ApproxNDCG(k=10).grad_hess(np.zeros(n), np.zeros(n), ptr)  # nothing relevant: silent
