@@ -135,6 +135,8 @@ def main(argv=None):
     p.add_argument("--gen-queries", type=int, default=150, help="train queries if generated")
     p.add_argument("--device", default=None)
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--md", help="write the results as a Markdown table here "
+                   "(e.g. benchmarks/results/neural_linear_qin_mq2008.md)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
 
@@ -153,6 +155,49 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"args": vars(args), "folds": results, "mean": mean}, fh, indent=2)
+    if args.md:
+        write_markdown(args.md, args, argv, results, mean)
+
+
+def write_markdown(path, args, argv, results, mean):
+    import datetime
+    import shlex
+    import sys
+
+    import torch
+
+    argv = sys.argv[1:] if argv is None else argv
+    cmd = " ".join(["python benchmarks/neural_linear_qin.py", *map(shlex.quote, argv)])
+    keys = list(mean)
+    grid = f"alpha in {{{', '.join(f'{a:g}' for a in args.alphas)}}}"
+    if args.loss == "approx_ap":
+        grid += f", beta in {{{', '.join(f'{b:g}' for b in args.betas)}}}"
+    lines = [
+        f"# Qin et al. (2010) protocol, linear {args.loss} model\n",
+        f"Produced by `{cmd}` (from the repository root) on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch "
+        f"{torch.__version__}.\n",
+        f"Per fold: {grid}, {args.restarts} random restart(s) each; the model with the best "
+        f"validation {'MAP' if args.loss == 'approx_ap' else f'NDCG@{args.eval_at}'} is kept "
+        "and evaluated on the test fold. The linear model is `NeuralRanker(hidden=())` (batch "
+        f"normalisation, one linear layer), Adam, lr {args.lr:g}, {args.batch_queries} queries "
+        f"a batch, at most {args.max_epochs} epochs, patience {args.patience}. Test means over "
+        "queries with a relevant document, ties ranked worst case.\n",
+        "| fold | alpha | beta | restart | epochs | " + " | ".join(keys) + " | fits | s |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(keys) + "---:|---:|",
+    ]
+    for r in results:
+        s = r["selected"]
+        beta = f"{s['beta']:g}" if args.loss == "approx_ap" else "–"
+        lines.append(
+            f"| {r['fold']} | {s['alpha']:g} | {beta} | {s['restart']} | {s['epochs']} | "
+            + " | ".join(f"{r['test'][k]:.4f}" for k in keys)
+            + f" | {r['fits']} | {r['seconds']} |"
+        )
+    lines.append("| **mean** | | | | | " + " | ".join(f"**{mean[k]:.4f}**" for k in keys)
+                 + " | | |")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

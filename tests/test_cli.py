@@ -22,10 +22,10 @@ from approx_gbdt.metrics import evaluate
 FAST = ["--threads", "1", "--rounds", "25", "--patience", "5", "--learning-rate", "0.2"]
 
 
-def run_cli(*args, cwd=None, timeout=120):
+def run_cli(*args, cwd=None):
     return subprocess.run(
         [sys.executable, "-m", "approx_gbdt", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        capture_output=True, text=True, cwd=cwd,
     )
 
 
@@ -196,7 +196,7 @@ def plain_predictions(letor, models):
     if not _plain_cache:
         paths = [str(path) for result, path in models.values() if result.returncode == 0]
         result = subprocess.run([sys.executable, "-c", _PLAIN, str(letor["test"]), *paths],
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         _plain_cache.update(json.loads(result.stdout))
     return _plain_cache
