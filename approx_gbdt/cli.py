@@ -338,6 +338,16 @@ def _plot(curves, best, path, title):
     fig.savefig(path)
 
 
+def _check_boosting_args(args):
+    """The options shared by demo and train: --rounds, --patience, --learning-rate."""
+    if args.rounds < 1:
+        raise _usage(f"--rounds must be at least 1, got {args.rounds}")
+    if args.patience < 1:
+        raise _usage(f"--patience must be at least 1, got {args.patience}")
+    if not args.learning_rate > 0:
+        raise _usage(f"--learning-rate must be positive, got {args.learning_rate}")
+
+
 def cmd_demo(args):
     import lightgbm  # noqa: F401  (fail early if missing)
 
@@ -347,12 +357,7 @@ def cmd_demo(args):
 
     if args.queries < 10:
         raise _usage(f"--queries must be at least 10, got {args.queries}")
-    if args.rounds < 1:
-        raise _usage(f"--rounds must be at least 1, got {args.rounds}")
-    if args.patience < 1:
-        raise _usage(f"--patience must be at least 1, got {args.patience}")
-    if not args.learning_rate > 0:
-        raise _usage(f"--learning-rate must be positive, got {args.learning_rate}")
+    _check_boosting_args(args)
     out_dir = Path(args.out_dir)
     if not out_dir.is_dir():
         raise CLIError(f"output folder not found: {out_dir}")
@@ -418,12 +423,7 @@ def cmd_train(args):
     is_approx = name in APPROX
     if not is_approx and (args.alpha is not None or k is not None or args.beta is not None):
         raise _usage("--alpha, --k and --beta apply to the approx objectives only")
-    if args.rounds < 1:
-        raise _usage(f"--rounds must be at least 1, got {args.rounds}")
-    if args.patience < 1:
-        raise _usage(f"--patience must be at least 1, got {args.patience}")
-    if not args.learning_rate > 0:
-        raise _usage(f"--learning-rate must be positive, got {args.learning_rate}")
+    _check_boosting_args(args)
     out = Path(args.out)
     if backend == "xgboost" and out.suffix not in (".json", ".ubj"):
         raise _usage(f"XGBoost models are saved as .json or .ubj, got --out {out}")
