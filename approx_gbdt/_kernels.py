@@ -422,6 +422,9 @@ _JEND, _BEND, _JST, _RIDX, _RJEND, _RBEND, _RCNT, _ISREL = 0, 1, 2, 3, 4, 5, 6, 
 _NI_NDCG = 2
 _NI_AP = 8
 
+# The pair loops (``*_seg``) run over zero-based slices (no negative-index wraparound) with
+# ``error_model="numpy"`` (no zero-division branch; 1 + e >= 1 anyway) and these fast-math
+# flags, so that LLVM vectorises them, divisions included: 2-5x faster than scalar loops.
 _FM = {"reassoc", "contract", "nsz"}
 
 

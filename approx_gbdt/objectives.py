@@ -351,8 +351,8 @@ class ApproxNDCG(_ApproxObjective):
         Truncate at the top ``k`` positions (ApproxNDCG@k). From a constant start every
         document sits at the smoothed position ``(n + 1) / 2``, so a query much longer than
         ``2 k`` gets (numerically) no gradient, and a ``RuntimeWarning`` says so: use the
-        full list, a smaller ``beta``, or start from a fitted model. The full list ranks better on the benchmarks, even at @k
-        (docs/why_these_defaults.md).
+        full list, a smaller ``beta``, or start from a fitted model. The full list ranks
+        better on the benchmarks, even at @k (docs/why_these_defaults.md).
     hessian : {"mixed", "bound", "abs", "constant", "exact"}, default "mixed"
         Hessian handed to the booster (``L = -sum ApproxNDCG``); "mixed" ranks best on the
         benchmarks (docs/why_these_defaults.md):
