@@ -410,6 +410,7 @@ _T = 37.0
 _L = 300.0
 _PAR_MIN = 4096
 _CHUNK = 64
+_TILE = 2048  # columns per tile in the pair loops (about 16 KB per array)
 _H_CACHE_MAX = 1024
 
 # per-thread float scratch rows
@@ -523,15 +524,25 @@ def _pos_seg(j0, j1, f, ex, col):
 
 @njit(cache=True)
 def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
-    """Window part of the positions for rows r0..r1-1: row_r += sum_j q_rj, col_j -= q_rj."""
-    for i in range(r0, r1):
-        j1 = jend[i]
-        bb = bend[i]
-        m = j1 if j1 < bb else bb
-        acc = _pos_seg(i + 1, m, 1.0 / ex[i], ex, col)
-        if j1 > bb:
-            acc += _pos_seg(bb, j1, math.exp(x[bb] - x[i]), ex, col)
-        row[i] += acc
+    """Window part of the positions for rows r0..r1-1: row_r += sum_j q_rj, col_j -= q_rj.
+
+    Columns are visited in tiles of ``_TILE`` for all the rows, so that a tile of the column
+    arrays stays in cache while the rows sweep it (the windows of long queries span far more
+    than the cache)."""
+    for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
+        c1 = c0 + _TILE
+        for i in range(r0, r1):
+            lo = max(i + 1, c0)
+            hi = min(jend[i], c1)
+            if lo >= hi:
+                continue
+            bb = bend[i]
+            acc = 0.0
+            if lo < bb:
+                acc += _pos_seg(lo, min(hi, bb), 1.0 / ex[i], ex, col)
+            if hi > bb:
+                acc += _pos_seg(max(lo, bb), hi, math.exp(x[bb] - x[i]), ex, col)
+            row[i] += acc
 
 
 @njit(fastmath=_FM, error_model="numpy", cache=True)
@@ -587,36 +598,55 @@ def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
 @njit(cache=True)
 def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
                 rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
-    """Window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair)."""
-    for i in range(r0, r1):
-        j1 = jend[i]
-        bb = bend[i]
-        m = j1 if j1 < bb else bb
-        f0 = 1.0 / ex[i]
-        vi = v[i]
-        if need_exact:
-            ei = ee[i]
-            gi, bi, ai, Bi, wi = _chain_seg_exact(i + 1, m, f0, ex, v, ee, vi, ei,
-                                                  cg, cb, ca, cB, cw)
-            if j1 > bb:
-                g2, b2, a2, B2, w2 = _chain_seg_exact(bb, j1, math.exp(x[bb] - x[i]), ex, v, ee,
-                                                      vi, ei, cg, cb, ca, cB, cw)
-                gi += g2
-                bi += b2
-                ai += a2
-                Bi += B2
-                wi += w2
-            ra[i] += ai
-            rB[i] += Bi
-            rw[i] += wi
-        else:
-            gi, bi = _chain_seg_bound(i + 1, m, f0, ex, v, vi, cg, cb)
-            if j1 > bb:
-                g2, b2 = _chain_seg_bound(bb, j1, math.exp(x[bb] - x[i]), ex, v, vi, cg, cb)
-                gi += g2
-                bi += b2
-        rg[i] += gi
-        rb[i] += bi
+    """Window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
+    the columns visited in tiles as in ``_pos_rows``."""
+    for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
+        c1 = c0 + _TILE
+        for i in range(r0, r1):
+            lo = max(i + 1, c0)
+            hi = min(jend[i], c1)
+            if lo >= hi:
+                continue
+            bb = bend[i]
+            vi = v[i]
+            gi = 0.0
+            bi = 0.0
+            if need_exact:
+                ei = ee[i]
+                ai = 0.0
+                Bi = 0.0
+                wi = 0.0
+                if lo < bb:
+                    g2, b2, a2, B2, w2 = _chain_seg_exact(lo, min(hi, bb), 1.0 / ex[i], ex, v, ee,
+                                                          vi, ei, cg, cb, ca, cB, cw)
+                    gi += g2
+                    bi += b2
+                    ai += a2
+                    Bi += B2
+                    wi += w2
+                if hi > bb:
+                    g2, b2, a2, B2, w2 = _chain_seg_exact(max(lo, bb), hi, math.exp(x[bb] - x[i]),
+                                                          ex, v, ee, vi, ei, cg, cb, ca, cB, cw)
+                    gi += g2
+                    bi += b2
+                    ai += a2
+                    Bi += B2
+                    wi += w2
+                ra[i] += ai
+                rB[i] += Bi
+                rw[i] += wi
+            else:
+                if lo < bb:
+                    g2, b2 = _chain_seg_bound(lo, min(hi, bb), 1.0 / ex[i], ex, v, vi, cg, cb)
+                    gi += g2
+                    bi += b2
+                if hi > bb:
+                    g2, b2 = _chain_seg_bound(max(lo, bb), hi, math.exp(x[bb] - x[i]), ex, v, vi,
+                                              cg, cb)
+                    gi += g2
+                    bi += b2
+            rg[i] += gi
+            rb[i] += bi
 
 
 @njit(parallel=True, cache=True)

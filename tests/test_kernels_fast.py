@@ -160,6 +160,23 @@ def test_one_huge_query():
     _compare(ApproxAP(hessian="mixed"), s, y_ap, ptr, "mixed")
 
 
+@pytest.mark.parametrize("mode", ["mixed", "bound"])
+def test_long_query_across_tiles_and_exp_blocks(mode):
+    # alpha * (score range) = 400 > L: two exp blocks, with windows (T / alpha = 3.7 score
+    # units, ~740 documents) that straddle the block boundary and the column tiles.
+    rng = np.random.default_rng(17)
+    n = 8_000
+    assert n > K._PAR_MIN and n > 2 * K._TILE
+    ptr = np.array([0, n], dtype=np.int64)
+    s = rng.uniform(0.0, 40.0, n)
+    y = (rng.random(n) < 0.3) * rng.integers(1, 5, n).astype(float)
+    _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode)
+    _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, par_min=n + 1)  # one thread
+    # ApproxAP's exact reference diagonal costs O(n R^2): keep R near 100
+    r = (rng.random(n) < 0.0125).astype(float)
+    _compare(ApproxAP(hessian=mode), s, r, ptr, mode)
+
+
 def test_order_persists_between_calls():
     s, y, ptr = _data(11, nq=20, max_n=200, spread=2.0)
     obj = ApproxNDCG()
