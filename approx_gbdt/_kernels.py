@@ -509,6 +509,15 @@ def _window_starts(x, jst):
         jst[r] = i
 
 
+@njit(inline="always", fastmath=_FM, cache=True)
+def _recip(d):
+    """``1 / d`` for ``d`` in [1, 3]: a float32 division (twice the vector width of float64)
+    and one Newton step in float64, relative error below 2e-14 (the float32 quotient is within
+    2^-23 of 1/d, and a Newton step squares the relative error)."""
+    r = np.float64(np.float32(1.0) / np.float32(d))
+    return r * (2.0 - d * r)
+
+
 @njit(fastmath=_FM, error_model="numpy", cache=True)
 def _pos_seg(j0, j1, f, ex, col):
     ex = ex[j0:j1]
@@ -516,7 +525,7 @@ def _pos_seg(j0, j1, f, ex, col):
     acc = 0.0
     for j in range(ex.shape[0]):
         e = f * ex[j]
-        q = e / (1.0 + e)
+        q = e * _recip(1.0 + e)
         acc += q
         col[j] -= q
     return acc
