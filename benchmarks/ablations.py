@@ -14,7 +14,11 @@ paired t statistic.
 Variants are strings::
 
     lgb:lambdarank | lgb:rank_xendcg | xgb:rank:ndcg | xgb:rank:map
+    lgb:lambdarank|key=val|...   a native objective with further LightGBM parameters
     ndcg[:opt=val,...]    ApproxNDCG(opts)
+    hx:mode=M[,floor=F,gamma=G,alpha=A,normalize=0/1]
+                          ApproxNDCG gradient with a Hessian combined from the parts of the
+                          exact diagonal (``benchmarks/_hessian_parts.py``; O(n^2) loops)
     ap[:opt=val,...]      ApproxAP(hessian="mixed", beta=10, opts)  (the pre-study defaults)
     A+B                   sum of the components' gradients and Hessians (component option w=)
 
@@ -243,6 +247,41 @@ def parse_variant(spec):
     return comps
 
 
+class HessianParts:
+    """ApproxNDCG's gradient with a Hessian combined from the parts of its exact diagonal."""
+
+    def __init__(self, kw):
+        self.alpha = float(kw.get("alpha", 10.0))
+        self.mode = kw.get("mode", "mixed")
+        self.floor = float(kw.get("floor", 0.1))
+        self.gamma = float(kw.get("gamma", 1.0))
+        self.normalize = bool(kw.get("normalize", 1))
+        self._key = None
+
+    def __call__(self, s, y, ptr, it):
+        from _hessian_parts import combine, hessian_parts
+
+        from approx_gbdt import _kernels as K
+
+        if self._key is None or self._key[0] is not y:
+            gains = np.expm1(y * np.log(2.0))
+            z = K.ideal_dcg(gains, ptr, 0)
+            self._key = (y, gains, np.divide(1.0, z, out=np.zeros_like(z), where=z > 0))
+        _, gains, inv_z = self._key
+        grad, B, T1, C = (np.empty_like(s) for _ in range(4))
+        hessian_parts(s, gains, inv_z, ptr, self.alpha, grad, B, T1, C)
+        g = -grad
+        h = combine(self.mode, B, T1, C, floor=self.floor, gamma=self.gamma)
+        if self.normalize:  # log2(1 + S) / S per query, S = sum |g|, as the package does
+            sizes = np.diff(ptr)
+            qid = np.repeat(np.arange(sizes.shape[0]), sizes)
+            S = np.bincount(qid, np.abs(g), minlength=sizes.shape[0])
+            f = np.log2(1.0 + S) / np.where(S > 0, S, 1.0)
+            f = np.where(S > 0, f, 1.0)[qid]
+            g, h = g * f, h * f
+        return g, h
+
+
 class Component:
     """One objective with its wrappers: score scale, alpha schedule, Hessian multiplier."""
 
@@ -311,7 +350,7 @@ class Objective:
     """LightGBM callable built from the components; counts its iterations."""
 
     def __init__(self, comps):
-        self.comps = [Component(k, kw) for k, kw in comps]
+        self.comps = [HessianParts(kw) if k == "hx" else Component(k, kw) for k, kw in comps]
         self.it = 0
 
     def __call__(self, preds, dataset):
@@ -380,7 +419,11 @@ def run_one(spec, fold, seed):
         }
         init_tr = init_va = None
         if spec.startswith("lgb:"):
-            params["objective"] = spec[4:]
+            name, *extra = spec[4:].split("|")
+            params["objective"] = name
+            for item in extra:
+                key, _, val = item.partition("=")
+                params[key] = _value(val)
         else:
             params["objective"] = Objective(comps)
             if first.get("init") == "noise":
@@ -429,7 +472,7 @@ def _work(args):
 
 def _alpha_of(spec):
     comps = parse_variant(spec)
-    if comps[0][0] not in ("ndcg", "ap"):
+    if comps[0][0] not in ("ndcg", "ap", "hx"):
         return None
     return float(comps[0][1].get("alpha", 10.0))
 

@@ -92,3 +92,34 @@ def test_neural_linear_qin_writes_markdown(tmp_path):
     text = md.read_text()
     assert "--restarts 1" in text and "| generated | " in text and "**mean**" in text
     assert "alpha in {50, 100}" in text
+
+
+def test_hessian_parts_add_up_to_the_package_hessians():
+    """The ablation harness's Hessian parts (benchmarks/_hessian_parts.py) against the
+    package: gradient, exact diagonal T1 - C, bound B and the default "mixed" combination."""
+    import numpy as np
+
+    from approx_gbdt import ApproxNDCG
+    from approx_gbdt import _kernels as K
+
+    spec = importlib.util.spec_from_file_location("_hessian_parts", BENCH / "_hessian_parts.py")
+    hp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hp)
+    rng = np.random.default_rng(3)
+    sizes = np.array([1, 7, 30, 12, 5])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    y = rng.integers(0, 5, n).astype(float)
+    y[ptr[4]:ptr[5]] = 0.0  # a query without a relevant document
+    s = np.round(rng.normal(size=n), 1)  # with ties
+    gains = np.expm1(y * np.log(2.0))
+    z = K.ideal_dcg(gains, ptr, 0)
+    inv_z = np.divide(1.0, z, out=np.zeros_like(z), where=z > 0)
+    grad, B, T1, C = (np.empty(n) for _ in range(4))
+    hp.hessian_parts(s, gains, inv_z, ptr, 10.0, grad, B, T1, C)
+    for mode, h_parts in [("exact", T1 - C), ("bound", B),
+                          ("mixed", hp.combine("mixed", B, T1, C, floor=0.1))]:
+        g, h = ApproxNDCG(hessian=mode, normalize=False).grad_hess(s, y, ptr)
+        np.testing.assert_allclose(g, -grad, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(h, h_parts, rtol=1e-9, atol=1e-12)
+    assert np.all(np.abs(T1) <= B + 1e-12) and np.all(C >= 0)
