@@ -531,6 +531,18 @@ def _pos_seg(j0, j1, f, ex, col):
     return acc
 
 
+@njit(inline="always", cache=True)
+def _segment(part, i, lo, hi, bb, x, ex):
+    """Part of the columns [lo, hi) of row ``i``: ``part`` 0 lies in the exp block of row ``i``
+    (before ``bb``, factor ``1 / ex_i``), ``part`` 1 in the next block (factor
+    ``exp(c_next - x_i)``). Returns ``(j0, j1, factor)``, empty when ``j0 >= j1``."""
+    if part == 0:
+        j1 = min(hi, bb)
+        return lo, j1, 1.0 / ex[i] if lo < j1 else 0.0
+    j0 = max(lo, bb)
+    return j0, hi, math.exp(x[bb] - x[i]) if j0 < hi else 0.0
+
+
 @njit(cache=True)
 def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
     """Window part of the positions for rows r0..r1-1: row_r += sum_j q_rj, col_j -= q_rj.
@@ -539,18 +551,16 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
     arrays stays in cache while the rows sweep it (the windows of long queries span far more
     than the cache)."""
     for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
-        c1 = c0 + _TILE
         for i in range(r0, r1):
             lo = max(i + 1, c0)
-            hi = min(jend[i], c1)
+            hi = min(jend[i], c0 + _TILE)
             if lo >= hi:
                 continue
-            bb = bend[i]
             acc = 0.0
-            if lo < bb:
-                acc += _pos_seg(lo, min(hi, bb), 1.0 / ex[i], ex, col)
-            if hi > bb:
-                acc += _pos_seg(max(lo, bb), hi, math.exp(x[bb] - x[i]), ex, col)
+            for part in range(2):
+                j0, j1, f = _segment(part, i, lo, hi, bend[i], x, ex)
+                if j0 < j1:
+                    acc += _pos_seg(j0, j1, f, ex, col)
             row[i] += acc
 
 
@@ -610,52 +620,32 @@ def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
     """Window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
     the columns visited in tiles as in ``_pos_rows``."""
     for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
-        c1 = c0 + _TILE
         for i in range(r0, r1):
             lo = max(i + 1, c0)
-            hi = min(jend[i], c1)
+            hi = min(jend[i], c0 + _TILE)
             if lo >= hi:
                 continue
-            bb = bend[i]
-            vi = v[i]
-            gi = 0.0
-            bi = 0.0
+            gi = bi = ai = Bi = wi = 0.0
+            for part in range(2):
+                j0, j1, f = _segment(part, i, lo, hi, bend[i], x, ex)
+                if j0 >= j1:
+                    continue
+                if need_exact:
+                    g, b, a, B, w = _chain_seg_exact(j0, j1, f, ex, v, ee, v[i], ee[i],
+                                                     cg, cb, ca, cB, cw)
+                    ai += a
+                    Bi += B
+                    wi += w
+                else:
+                    g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], cg, cb)
+                gi += g
+                bi += b
+            rg[i] += gi
+            rb[i] += bi
             if need_exact:
-                ei = ee[i]
-                ai = 0.0
-                Bi = 0.0
-                wi = 0.0
-                if lo < bb:
-                    g2, b2, a2, B2, w2 = _chain_seg_exact(lo, min(hi, bb), 1.0 / ex[i], ex, v, ee,
-                                                          vi, ei, cg, cb, ca, cB, cw)
-                    gi += g2
-                    bi += b2
-                    ai += a2
-                    Bi += B2
-                    wi += w2
-                if hi > bb:
-                    g2, b2, a2, B2, w2 = _chain_seg_exact(max(lo, bb), hi, math.exp(x[bb] - x[i]),
-                                                          ex, v, ee, vi, ei, cg, cb, ca, cB, cw)
-                    gi += g2
-                    bi += b2
-                    ai += a2
-                    Bi += B2
-                    wi += w2
                 ra[i] += ai
                 rB[i] += Bi
                 rw[i] += wi
-            else:
-                if lo < bb:
-                    g2, b2 = _chain_seg_bound(lo, min(hi, bb), 1.0 / ex[i], ex, v, vi, cg, cb)
-                    gi += g2
-                    bi += b2
-                if hi > bb:
-                    g2, b2 = _chain_seg_bound(max(lo, bb), hi, math.exp(x[bb] - x[i]), ex, v, vi,
-                                              cg, cb)
-                    gi += g2
-                    bi += b2
-            rg[i] += gi
-            rb[i] += bi
 
 
 @njit(parallel=True, cache=True)

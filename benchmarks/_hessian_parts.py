@@ -10,67 +10,50 @@ the diagonal Hessian of the loss ``L = -ApproxNDCG`` is ``T1 - C`` with
 
 and ``(B + T1) / 2 = alpha^2 sum_j w_kj |c_j - c_k| (1 - rho_kj)`` with ``rho_kj`` the
 sigmoid probability that the pair is in the wrong order (a LambdaMART-like weighting).
-Plain O(n^2) loops: for the ablation harness only, not for training at scale.
+The package's exact O(n^2) reference loops: for the ablation harness only, not for training
+at scale.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit, prange
 
-_LN2 = math.log(2.0)
+from approx_gbdt import _kernels as K
 
 
 @njit(parallel=True)
 def hessian_parts(s, gains, inv_z, group_ptr, alpha, grad, B, T1, C):
-    """Fill ``grad`` (of ApproxNDCG, not negated), ``B``, ``T1`` and ``C`` for every document."""
+    """Fill ``grad`` (of ApproxNDCG, not negated), ``B``, ``T1`` and ``C`` for every document,
+    with the package's exact O(n^2) reference loops (``_kernels._chain_query``)."""
+    a2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
         b = group_ptr[q + 1]
         n = b - a
-        for i in range(a, b):
-            grad[i] = 0.0
-            B[i] = 0.0
-            T1[i] = 0.0
-            C[i] = 0.0
         if n < 2 or inv_z[q] == 0.0:
+            for i in range(a, b):
+                grad[i] = B[i] = T1[i] = C[i] = 0.0
             continue
-        pos = np.ones(n)
-        for i in range(n):
-            for j in range(n):
-                if i != j:
-                    pos[i] += 1.0 / (1.0 + math.exp(-alpha * (s[a + j] - s[a + i])))
+        pos = np.empty(n)
+        K._positions_query(s[a:b], alpha, pos)
         c = np.empty(n)
         e = np.empty(n)
         for i in range(n):
-            p = pos[i]
-            lg = math.log1p(p)
-            c[i] = gains[a + i] * inv_z[q] * (-_LN2 / ((1.0 + p) * lg * lg))
-            e[i] = gains[a + i] * inv_z[q] * _LN2 * (2.0 + lg) / ((1.0 + p) ** 2 * lg**3)
-        a2 = alpha * alpha
-        for k in range(n):
-            g = 0.0
-            bb = 0.0
-            t1 = 0.0
-            sw = 0.0
-            sw2e = 0.0
-            for j in range(n):
-                if j == k:
-                    continue
-                sg = 1.0 / (1.0 + math.exp(-alpha * (s[a + j] - s[a + k])))
-                w = sg * (1.0 - sg)
-                dc = c[j] - c[k]
-                g += w * dc
-                bb += w * abs(dc)
-                t1 += w * (1.0 - 2.0 * sg) * dc
-                sw += w
-                sw2e += w * w * e[j]
-            grad[a + k] = alpha * g
-            B[a + k] = a2 * bb
-            T1[a + k] = a2 * t1
-            C[a + k] = a2 * (sw2e + e[k] * sw * sw)
+            _, d1, d2 = K._ndcg_term(pos[i], 0, 1.0)
+            c[i] = gains[a + i] * d1 * inv_z[q]
+            e[i] = gains[a + i] * d2 * inv_z[q]
+        g = np.empty(n)
+        bnd = np.empty(n)
+        acc_a = np.empty(n)  # sum_j w (1 - 2 sig_kj)(c_j - c_k)
+        acc_b = np.empty(n)  # sum_j w^2 e_j
+        acc_w = np.empty(n)  # sum_j w
+        K._chain_query(s[a:b], alpha, c, e, True, g, bnd, acc_a, acc_b, acc_w)
+        for i in range(n):
+            grad[a + i] = alpha * g[i]
+            B[a + i] = a2 * bnd[i]
+            T1[a + i] = a2 * acc_a[i]
+            C[a + i] = a2 * (acc_b[i] + e[i] * acc_w[i] * acc_w[i])
 
 
 def combine(mode, B, T1, C, *, floor=0.1, gamma=1.0):
