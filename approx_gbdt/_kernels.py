@@ -532,6 +532,12 @@ def _pos_seg(j0, j1, f, ex, col):
 
 
 @njit(inline="always", cache=True)
+def _tile_span(i, c0, jend):
+    """Columns ``[lo, hi)`` of row ``i`` inside the tile starting at ``c0`` (empty: lo >= hi)."""
+    return max(i + 1, c0), min(jend[i], c0 + _TILE)
+
+
+@njit(inline="always", cache=True)
 def _segment(part, i, lo, hi, bb, x, ex):
     """Part of the columns [lo, hi) of row ``i``: ``part`` 0 lies in the exp block of row ``i``
     (before ``bb``, factor ``1 / ex_i``), ``part`` 1 in the next block (factor
@@ -552,8 +558,7 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
     than the cache)."""
     for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
         for i in range(r0, r1):
-            lo = max(i + 1, c0)
-            hi = min(jend[i], c0 + _TILE)
+            lo, hi = _tile_span(i, c0, jend)
             if lo >= hi:
                 continue
             acc = 0.0
@@ -621,8 +626,7 @@ def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
     the columns visited in tiles as in ``_pos_rows``."""
     for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
         for i in range(r0, r1):
-            lo = max(i + 1, c0)
-            hi = min(jend[i], c0 + _TILE)
+            lo, hi = _tile_span(i, c0, jend)
             if lo >= hi:
                 continue
             gi = bi = ai = Bi = wi = 0.0

@@ -251,34 +251,28 @@ class HessianParts:
     """ApproxNDCG's gradient with a Hessian combined from the parts of its exact diagonal."""
 
     def __init__(self, kw):
+        from approx_gbdt.objectives import ApproxNDCG
+
         self.alpha = float(kw.get("alpha", 10.0))
         self.mode = kw.get("mode", "mixed")
         self.floor = float(kw.get("floor", 0.1))
         self.gamma = float(kw.get("gamma", 1.0))
         self.normalize = bool(kw.get("normalize", 1))
-        self._key = None
+        self._prep = ApproxNDCG(alpha=self.alpha)  # gains and 1 / ideal DCG, cached per dataset
 
     def __call__(self, s, y, ptr, it):
         from _hessian_parts import combine, hessian_parts
 
         from approx_gbdt import _kernels as K
 
-        if self._key is None or self._key[0] is not y:
-            gains = np.expm1(y * np.log(2.0))
-            z = K.ideal_dcg(gains, ptr, 0)
-            self._key = (y, gains, np.divide(1.0, z, out=np.zeros_like(z), where=z > 0))
-        _, gains, inv_z = self._key
+        a = self._prep._prepare(y, ptr, cache=True).arrays
         grad, B, T1, C = (np.empty_like(s) for _ in range(4))
-        hessian_parts(s, gains, inv_z, ptr, self.alpha, grad, B, T1, C)
+        hessian_parts(s, a["gains"], a["inv_z"], ptr, self.alpha, grad, B, T1, C)
         g = -grad
         h = combine(self.mode, B, T1, C, floor=self.floor, gamma=self.gamma)
-        if self.normalize:  # log2(1 + S) / S per query, S = sum |g|, as the package does
-            sizes = np.diff(ptr)
-            qid = np.repeat(np.arange(sizes.shape[0]), sizes)
-            S = np.bincount(qid, np.abs(g), minlength=sizes.shape[0])
-            f = np.log2(1.0 + S) / np.where(S > 0, S, 1.0)
-            f = np.where(S > 0, f, 1.0)[qid]
-            g, h = g * f, h * f
+        for q in range(ptr.shape[0] - 1):  # log2(1 + S) / S per query, as the package does
+            K._finish_query(g[ptr[q]:ptr[q + 1]], h[ptr[q]:ptr[q + 1]], np.empty(0),
+                            self.normalize)
         return g, h
 
 

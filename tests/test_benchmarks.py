@@ -100,7 +100,6 @@ def test_hessian_parts_add_up_to_the_package_hessians():
     import numpy as np
 
     from approx_gbdt import ApproxNDCG
-    from approx_gbdt import _kernels as K
 
     spec = importlib.util.spec_from_file_location("_hessian_parts", BENCH / "_hessian_parts.py")
     hp = importlib.util.module_from_spec(spec)
@@ -112,11 +111,9 @@ def test_hessian_parts_add_up_to_the_package_hessians():
     y = rng.integers(0, 5, n).astype(float)
     y[ptr[4]:ptr[5]] = 0.0  # a query without a relevant document
     s = np.round(rng.normal(size=n), 1)  # with ties
-    gains = np.expm1(y * np.log(2.0))
-    z = K.ideal_dcg(gains, ptr, 0)
-    inv_z = np.divide(1.0, z, out=np.zeros_like(z), where=z > 0)
+    a = ApproxNDCG()._prepare(y, ptr, cache=False).arrays
     grad, B, T1, C = (np.empty(n) for _ in range(4))
-    hp.hessian_parts(s, gains, inv_z, ptr, 10.0, grad, B, T1, C)
+    hp.hessian_parts(s, a["gains"], a["inv_z"], ptr, 10.0, grad, B, T1, C)
     for mode, h_parts in [("exact", T1 - C), ("bound", B),
                           ("mixed", hp.combine("mixed", B, T1, C, floor=0.1))]:
         g, h = ApproxNDCG(hessian=mode, normalize=False).grad_hess(s, y, ptr)
