@@ -27,7 +27,11 @@ Methods
 - ``xgb:approx_ndcg``, ``xgb:approx_ap``, ``xgb:rank:ndcg``, ``xgb:rank:map``,
   ``xgb:rank:pairwise``;
 - ``nn:approx_ndcg``, ``nn:approx_ap``, ``nn:ranknet``, ``nn:listnet``, ``nn:listmle``
-  (:class:`approx_gbdt.neural.NeuralRanker`, B64 network of Bruch et al. 2019; needs torch).
+  (:class:`approx_gbdt.neural.NeuralRanker`, B64 network of Bruch et al. 2019; needs torch);
+- ``cb:YetiRank``, ``cb:YetiRankPairwise``, ``cb:LambdaMart``, ``cb:QuerySoftMax``
+  (CatBoost's own ranking losses on its depth-6 oblivious trees; needs ``catboost``, the
+  ``bench`` extra). CatBoost cannot host the approx objectives: its Python custom
+  objectives receive no query ids.
 
 Options that are constructor arguments of the objective (``alpha``, ``beta``, ``k``,
 ``hessian``, ``hessian_floor``, ``normalize``, ...) build a new :class:`ApproxNDCG` /
@@ -213,10 +217,11 @@ def describe_folds(folds) -> str:
 # Methods
 # ---------------------------------------------------------------------------------------------
 
-LIBRARIES = ("lgb", "xgb", "nn")
+LIBRARIES = ("lgb", "xgb", "nn", "cb")
 NATIVE = {
     "lgb": ("lambdarank", "rank_xendcg"),
     "xgb": ("rank:ndcg", "rank:map", "rank:pairwise"),
+    "cb": ("YetiRank", "YetiRankPairwise", "LambdaMart", "QuerySoftMax"),
 }
 APPROX = ("approx_ndcg", "approx_ap")
 NN_LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
@@ -255,7 +260,7 @@ def parse_method(text: str) -> Method:
     lib, obj, opts = m.group(1), m.group(2), m.group(3)
     if lib not in LIBRARIES:
         raise ValueError(f"method {text!r}: library must be one of {LIBRARIES}")
-    known = NN_LOSSES if lib == "nn" else APPROX + NATIVE[lib]
+    known = {"nn": NN_LOSSES, "cb": NATIVE["cb"]}.get(lib) or APPROX + NATIVE[lib]
     if obj not in known:
         raise ValueError(f"method {text!r}: objective for {lib} must be one of {known}")
     options = []
@@ -335,10 +340,19 @@ def objective_repr(method: Method) -> str:
     elif method.library == "nn":
         text = f"NeuralRanker(loss={method.objective!r}, hidden={NN_HIDDEN})"
     else:
-        text = f"{'LightGBM' if method.library == 'lgb' else 'XGBoost'} {method.objective}"
+        host = {"lgb": "LightGBM", "xgb": "XGBoost", "cb": "CatBoost"}[method.library]
+        text = f"{host} {method.objective}"
     if other:
         text += " + " + ", ".join(f"{k}={v!r}" for k, v in other.items())
     return text
+
+
+def catboost_available() -> bool:
+    try:
+        import catboost  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def neural_available() -> bool:
@@ -355,7 +369,7 @@ def neural_available() -> bool:
 
 LEARNING_RATE = 0.05
 NUM_LEAVES = 31
-MAX_DEPTH = 6
+MAX_DEPTH = 6  # XGBoost max_depth; CatBoost's oblivious trees have this depth too
 SUBSAMPLE = 0.8  # row bagging each round (LightGBM bagging_fraction, XGBoost subsample)
 COLSAMPLE = 0.9  # LightGBM feature_fraction (per tree), XGBoost colsample_bytree
 STOP_METRIC = "ndcg@10"  # worst-case ties, queries without a relevant document excluded
@@ -374,6 +388,12 @@ GRIDS = {
     ],
     "none": [{"l2": 1.0, "min_hess": 1e-3}],
 }
+# CatBoost's oblivious trees have no minimum child Hessian: its 4 configurations are L2 on the
+# leaf values (l2_leaf_reg; 3 is CatBoost's default).
+CB_GRIDS = {
+    "small": [{"l2": 0.0}, {"l2": 1.0}, {"l2": 3.0}, {"l2": 10.0}],
+    "none": [{"l2": 3.0}],
+}
 # NeuralRanker: the same number of configurations, over its own knobs.
 NN_GRIDS = {
     "small": [
@@ -387,12 +407,14 @@ NN_GRIDS = {
 
 
 def grid_for(method: Method, grid: str) -> list[dict]:
-    return (NN_GRIDS if method.library == "nn" else GRIDS)[grid]
+    return {"nn": NN_GRIDS, "cb": CB_GRIDS}.get(method.library, GRIDS)[grid]
 
 
 def config_label(method: Method, config: dict) -> str:
     if method.library == "nn":
         return f"lr={config['lr']:g},bq={config['batch_queries']}"
+    if method.library == "cb":
+        return f"l2={config['l2']:g}"
     return f"l2={config['l2']:g},mh={config['min_hess']:g}"
 
 
@@ -452,6 +474,8 @@ def fit_predict(method: Method, fold: Fold, seed: int, config: dict, budget: Bud
         return _fit_lgb(method, fold, seed, config, budget)
     if method.library == "xgb":
         return _fit_xgb(method, fold, seed, config, budget, {} if cache is None else cache)
+    if method.library == "cb":
+        return _fit_cb(method, fold, seed, config, budget)
     return _fit_nn(method, fold, seed, config, budget)
 
 
@@ -559,6 +583,55 @@ def _fit_xgb(method, fold, seed, config, budget, cache):
     best = int(booster.best_iteration) + 1
     scores = booster.predict(dte, iteration_range=(0, best))
     return scores, float(booster.best_score), best, seconds
+
+
+def _best_staged(staged, data, every):
+    """Index (0-based, in ``every`` steps) and value of the best validation NDCG@10 among
+    staged predictions; ties go to the earliest."""
+    from approx_gbdt import mean_over_queries, ndcg
+
+    k = int(STOP_METRIC.split("@")[1])
+    best_i, best_v = 0, -np.inf
+    for i, pred in enumerate(staged):
+        v = mean_over_queries(ndcg(pred, data.y, data.group_ptr, k=k))
+        if v > best_v:
+            best_i, best_v = i, v
+    return (best_i + 1) * every, float(best_v)
+
+
+def _fit_cb(method, fold, seed, config, budget):
+    """CatBoost with its own early stopping (patience ``budget.patience`` on its
+    ``NDCG:top=10;type=Exp``), then the round with the best validation NDCG@10 of
+    ``approx_gbdt.metrics`` (as for the other libraries) among the trained ones."""
+    from catboost import CatBoostRanker, Pool
+
+    def pool(d):
+        return Pool(d.X, d.y, group_id=np.repeat(np.arange(d.n_queries), _sizes(d)))
+
+    params = {
+        "loss_function": method.objective,
+        "eval_metric": "NDCG:top=10;type=Exp",
+        "iterations": budget.rounds,
+        "learning_rate": LEARNING_RATE,
+        "depth": MAX_DEPTH,
+        "l2_leaf_reg": config["l2"],
+        "rsm": COLSAMPLE,
+        "od_type": "Iter",
+        "od_wait": budget.patience,
+        "use_best_model": False,
+        "random_seed": seed,
+        "thread_count": budget.threads,
+        "allow_writing_files": False,
+        "verbose": False,
+    }
+    params.update(method.opts)
+    tr, va = fold.train, fold.vali
+    t0 = time.perf_counter()
+    model = CatBoostRanker(**params).fit(pool(tr), eval_set=pool(va))
+    seconds = time.perf_counter() - t0
+    best, valid = _best_staged(model.staged_predict(va.X), va, 1)
+    scores = model.predict(fold.test.X, ntree_end=best)
+    return scores, valid, best, seconds
 
 
 def _fit_nn(method, fold, seed, config, budget):

@@ -27,6 +27,7 @@ Examples::
     python benchmarks/quality.py --data lgb-yahoo --seeds 5
     python benchmarks/quality.py --data ../shared/data/MQ2008 --folds 1 --grid none
     python benchmarks/quality.py --methods default "lgb:approx_ndcg(hessian=bound)"
+    python benchmarks/quality.py --methods lgb:lambdarank cb:YetiRank --seeds 1
     python benchmarks/quality.py --quick --data generated --out /tmp/q   # smoke run
 """
 
@@ -74,6 +75,7 @@ DEFAULT_METHODS = [
     "lgb:approx_ndcg(k=1,beta=1)",
 ]
 NEURAL_METHODS = ["nn:approx_ndcg"]
+CATBOOST_METHODS = ["cb:YetiRank", "cb:YetiRankPairwise", "cb:LambdaMart", "cb:QuerySoftMax"]
 REFERENCE = "lgb:lambdarank"
 MAIN_MEASURES = ("NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "P@10", "MRR")
 PAIRED_MEASURES = ("NDCG@10", "MAP")
@@ -103,6 +105,9 @@ def parse_args(argv):
                     help="include the neural baseline even on large data")
     nn.add_argument("--no-neural", dest="neural", action="store_false",
                     help="leave the neural baseline out")
+    p.add_argument("--no-catboost", dest="catboost", action="store_false", default=None,
+                   help="leave CatBoost's objectives out of 'default' (they are included "
+                        "when catboost is installed)")
     p.add_argument("--neural-max-docs", type=int, default=200_000,
                    help="by default the neural baseline runs only if the training split of a "
                         "fold has at most this many documents")
@@ -130,6 +135,8 @@ def resolve_methods(args, folds) -> list[C.Method]:
                 include_nn = max(f.train.y.size for f in folds) <= args.neural_max_docs
             if include_nn and C.neural_available():
                 names += NEURAL_METHODS
+            if args.catboost is not False and C.catboost_available():
+                names += CATBOOST_METHODS
         else:
             names.append(name)
     methods, seen = [], set()
@@ -139,6 +146,8 @@ def resolve_methods(args, folds) -> list[C.Method]:
             continue
         if m.library == "nn" and not C.neural_available():
             raise SystemExit(f"{m.name}: approx_gbdt.neural does not import (torch missing?)")
+        if m.library == "cb" and not C.catboost_available():
+            raise SystemExit(f"{m.name}: catboost is not installed (pip install catboost)")
         seen.add(m.name)
         methods.append(m)
     return methods
@@ -195,7 +204,7 @@ def target_measure(m: C.Method) -> str | None:
         return "NDCG" if k is None else f"NDCG@{k}"
     if m.objective in ("approx_ap", "rank:map"):
         return "MAP"
-    if m.objective in ("lambdarank", "rank_xendcg", "rank:ndcg"):
+    if m.objective in ("lambdarank", "rank_xendcg", "rank:ndcg") or m.library == "cb":
         return "NDCG"
     return None
 
@@ -227,6 +236,8 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         f"stopping on the validation NDCG@10 (patience {args.patience}, at most {args.rounds} "
         f"rounds; neural: {args.nn_patience} of at most {args.nn_epochs} epochs), learning rate "
         f"{C.LEARNING_RATE}, LightGBM {C.NUM_LEAVES} leaves, XGBoost max_depth {C.MAX_DEPTH}, "
+        f"CatBoost oblivious trees of depth {C.MAX_DEPTH} (its own early stopping on "
+        "NDCG:top=10;type=Exp, then the best round by the validation NDCG@10 below), "
         f"row bagging {C.SUBSAMPLE} per round and {C.COLSAMPLE} of the features per tree (the "
         "seed is the learner's seed). Tuning grid "
         f"'{args.grid}' ({len(C.GRIDS[args.grid])} configuration(s) per method, chosen per fold "
@@ -234,6 +245,9 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         + "; ".join(f"L2={g['l2']:g}, min child Hessian={g['min_hess']:g}"
                     for g in C.GRIDS[args.grid])
         + " (LightGBM lambda_l2 / min_sum_hessian_in_leaf, XGBoost lambda / min_child_weight); "
+        "CatBoost: " + "; ".join(f"l2_leaf_reg={g['l2']:g}" for g in C.CB_GRIDS[args.grid])
+        + " (CatBoost's defaults otherwise: Bayesian bootstrap, rsm "
+        f"{C.COLSAMPLE}); "
         "neural: " + "; ".join(f"lr={g['lr']:g}, batch of {g['batch_queries']} queries"
                                for g in C.NN_GRIDS[args.grid])
         + ". XGBoost rank:map is trained on binarised labels (label >= 1; XGBoost 3 refuses "
@@ -405,7 +419,7 @@ def main(argv=None):
         for m in methods for f in range(len(folds)) for s in range(args.seeds)
     ]
     # Longest first (neural, then XGBoost) for a better balance across the workers.
-    tasks.sort(key=lambda t: {"nn": 0, "xgb": 1, "lgb": 2}[t["method"].split(":")[0]])
+    tasks.sort(key=lambda t: {"nn": 0, "cb": 1, "xgb": 2, "lgb": 3}[t["method"].split(":")[0]])
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -34,6 +34,10 @@ def test_parse_method_names_and_options():
         C.parse_method("lgb:rank:ndcg")
     with pytest.raises(ValueError):
         C.parse_method("catboost:approx_ndcg")
+    m = C.parse_method("cb:YetiRank")
+    assert (m.library, m.objective) == ("cb", "YetiRank")
+    with pytest.raises(ValueError):  # CatBoost cannot host the approx objectives
+        C.parse_method("cb:approx_ndcg")
 
 
 def test_objective_options_follow_the_package_defaults():
@@ -69,6 +73,19 @@ def test_quality_quick_run_writes_tables(tmp_path):
                  "`lgb:approx_ndcg`", "`xgb:approx_ap`", "`lgb:lambdarank`", "NDCG@10"):
         assert part in text
     assert (tmp_path / "quality_generated.json").is_file()
+
+
+@pytest.mark.slow
+def test_quality_quick_run_with_catboost(tmp_path):
+    pytest.importorskip("catboost")
+    cmd = [sys.executable, str(BENCH / "quality.py"), "--quick", "--data", "generated",
+           "--methods", "lgb:lambdarank", "cb:YetiRank", "cb:QuerySoftMax", "--out",
+           str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "quality_generated.md").read_text()
+    assert "`cb:YetiRank`" in text and "`cb:QuerySoftMax`" in text
+    assert "l2_leaf_reg=3" in text
 
 
 @pytest.mark.slow
