@@ -23,6 +23,7 @@ from approx_gbdt.objectives import (
     ApproxNDCG,
     approx_ap_obj,
     approx_ndcg_obj,
+    gumbel_perturbed,
     smoothed_positions,
 )
 from approx_gbdt.utils import (
@@ -58,6 +59,7 @@ __all__ = [
     "check_group_ptr",
     "evaluate",
     "group_ptr_from_qid",
+    "gumbel_perturbed",
     "group_ptr_from_sizes",
     "group_sizes_from_ptr",
     "load_letor",

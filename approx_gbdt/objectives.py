@@ -19,14 +19,23 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from approx_gbdt import _kernels as K
+from approx_gbdt import _pair_forces as P
 from approx_gbdt.utils import check_group_ptr, group_ptr_from_sizes
 
-__all__ = ["ApproxAP", "ApproxNDCG", "approx_ap_obj", "approx_ndcg_obj", "smoothed_positions"]
+__all__ = [
+    "ApproxAP",
+    "ApproxNDCG",
+    "approx_ap_obj",
+    "approx_ndcg_obj",
+    "gumbel_perturbed",
+    "smoothed_positions",
+]
 
 HESSIANS = {
     "exact": K.HESS_EXACT,
@@ -35,6 +44,9 @@ HESSIANS = {
     "mixed": K.HESS_MIXED,
     "constant": K.HESS_CONSTANT,
 }
+
+POSITIONS = ("sigmoid", "label_aware")
+PAIR_FORCES = ("tangent", "chord")
 
 # 2^y - 1 must stay finite in float64, and so must the ideal DCG.
 _MAX_LABEL = 1000.0
@@ -58,6 +70,53 @@ def _check_k(k):
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     return int(k)
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def _check_noise(noise, random_state):
+    if isinstance(noise, bool) or not isinstance(noise, numbers.Real):
+        raise TypeError(f"noise must be a non-negative number, got {noise!r}")
+    if not (math.isfinite(noise) and noise >= 0):
+        raise ValueError(f"noise must be non-negative and finite, got {noise!r}")
+    if random_state is not None and (
+        isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
+        or random_state < 0
+    ):
+        raise ValueError(f"random_state must be a non-negative integer or None, got "
+                         f"{random_state!r}")
+    return float(noise)
+
+
+def gumbel_perturbed(scores, *, alpha, noise, random_state):
+    r"""Scores plus Gumbel noise on the scale of the smoothing, ``s + noise * eps / alpha``.
+
+    ``eps ~ Gumbel(0, 1)`` i.i.d. per document (Bruch, Han, Bendersky & Najork 2020). The draw
+    is a function of ``random_state`` and of the scores themselves (a CRC of their bytes), so
+    that boosting gets a fresh draw every round (the scores change) and a training run is
+    reproduced exactly, by the same or another instance, in any process.
+    ``random_state=None`` draws from fresh OS entropy instead.
+
+    Examples
+    --------
+    >>> s = np.zeros(4)
+    >>> a = gumbel_perturbed(s, alpha=10.0, noise=1.0, random_state=0)
+    >>> b = gumbel_perturbed(s, alpha=10.0, noise=1.0, random_state=0)
+    >>> bool(np.array_equal(a, b)), bool(np.array_equal(a, s))
+    (True, False)
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if noise == 0.0:
+        return s
+    if random_state is None:
+        rng = np.random.default_rng()
+    else:
+        rng = np.random.default_rng([int(random_state), zlib.crc32(s.tobytes())])
+    return s + (noise / alpha) * rng.gumbel(size=s.shape)
 
 
 def _as_scores(scores, n_rows=None):
@@ -370,6 +429,23 @@ class ApproxNDCG(_ApproxObjective):
     normalize : bool, default True
         Scale each query's gradient and Hessian by ``log2(1 + S) / S``, ``S = sum_i |g_i|``
         (as LightGBM's ``lambdarank_norm``).
+    positions : {"sigmoid", "label_aware"}, default "sigmoid"
+        ``"label_aware"`` counts a less relevant document ``j`` in ``i``'s position with the
+        softplus ``log2(1 + e^{alpha (s_j - s_i)})`` instead of the sigmoid: an upper bound of
+        the indicator whose slope does not vanish when ``j`` is far above ``i``.
+    pair_force : {"tangent", "chord"}, default "tangent"
+        ``"tangent"`` is the gradient of the surrogate. ``"chord"`` replaces, per pair, both
+        documents' discount slopes by the slope of the chord of the (truncated) discount
+        between their two smoothed positions, so that a pair's force is the value of swapping
+        them; it has no exact Hessian (``hessian`` must be ``"bound"`` or ``"constant"``).
+        Both options run an O(n^2) pair loop per query (approx_gbdt._pair_forces) instead of
+        the windowed fast kernels.
+    noise : float, default 0.0
+        Stochastic smoothing: gradient and Hessian are evaluated at ``s + noise * eps /
+        alpha`` with ``eps ~ Gumbel(0, 1)`` drawn afresh each round
+        (:func:`gumbel_perturbed`). ``value`` is never perturbed.
+    random_state : int or None, default 0
+        Seed of the noise; the same seed reproduces a training run exactly.
     """
 
     def __init__(
@@ -382,6 +458,10 @@ class ApproxNDCG(_ApproxObjective):
         hessian_floor=0.1,
         hessian_constant=1.0,
         normalize=True,
+        positions="sigmoid",
+        pair_force="tangent",
+        noise=0.0,
+        random_state=0,
     ):
         super().__init__(
             alpha=alpha,
@@ -393,9 +473,28 @@ class ApproxNDCG(_ApproxObjective):
         self._k = _check_k(k)
         self.k = k
         self.beta = _positive_float("beta", beta)
+        self.positions = _check_choice("positions", positions, POSITIONS)
+        self.pair_force = _check_choice("pair_force", pair_force, PAIR_FORCES)
+        self._check_chord_hessian(hessian)
+        self.noise = _check_noise(noise, random_state)
+        self.random_state = random_state
+
+    def _check_chord_hessian(self, hessian):
+        if self.pair_force == "chord" and hessian in ("exact", "abs", "mixed"):
+            raise ValueError(
+                f"pair_force='chord' has no exact Hessian: hessian must be 'bound' or "
+                f"'constant', got {hessian!r}"
+            )
 
     def _options(self):
-        return "" if self.k is None else f", k={self.k}, beta={self.beta:g}"
+        text = "" if self.k is None else f", k={self.k}, beta={self.beta:g}"
+        if self.positions != "sigmoid":
+            text += f", positions={self.positions!r}"
+        if self.pair_force != "tangent":
+            text += f", pair_force={self.pair_force!r}"
+        if self.noise:
+            text += f", noise={self.noise:g}, random_state={self.random_state!r}"
+        return text
 
     def _prep_key(self):
         return ("ndcg", self._k)
@@ -417,6 +516,11 @@ class ApproxNDCG(_ApproxObjective):
 
     def _value(self, s, prep):
         a = prep.arrays
+        if self.positions == "label_aware":
+            pos = np.empty_like(s)
+            P.label_aware_positions(s, prep.labels, prep.group_ptr, self.alpha, pos)
+            return K._ndcg_value_nb(a["gains"], a["inv_z"], prep.group_ptr, self._k, self.beta,
+                                    pos)
         return K.ndcg_value(
             s, a["gains"], a["inv_z"], prep.group_ptr, self.alpha, self._k, self.beta,
             np.empty_like(s),
@@ -427,11 +531,23 @@ class ApproxNDCG(_ApproxObjective):
         w = prep.work
         grad = np.empty_like(s)
         hess = np.empty_like(s)
-        K.ndcg_grad_hess(
-            s, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha, self._k, self.beta,
-            self._mode(hessian), self.hessian_floor, self.hessian_constant, self.normalize,
-            grad, hess, w["order"],
-        )
+        if hessian is not None:
+            self._check_chord_hessian(hessian)
+        s = gumbel_perturbed(s, alpha=self.alpha, noise=self.noise,
+                             random_state=self.random_state)
+        if self.positions == "sigmoid" and self.pair_force == "tangent":
+            K.ndcg_grad_hess(
+                s, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha, self._k,
+                self.beta, self._mode(hessian), self.hessian_floor, self.hessian_constant,
+                self.normalize, grad, hess, w["order"],
+            )
+        else:
+            P.pair_force_grad_hess(
+                s, prep.labels, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha,
+                self._k, self.beta, self.positions == "label_aware",
+                self.pair_force == "chord", self._mode(hessian), self.hessian_floor,
+                self.hessian_constant, self.normalize, grad, hess,
+            )
         if self._k and a["n_active"] and not grad.any() and (weights.size == 0 or weights.any()):
             warnings.warn(
                 f"ApproxNDCG(k={self.k}, beta={self.beta:g}) has no gradient at these scores: "

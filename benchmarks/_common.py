@@ -312,9 +312,17 @@ def _objective_params(name) -> list[str]:
     return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
 
 
-def make_objective(name: str, options: dict):
-    """The package's default objective, or a copy of its settings with ``options`` changed."""
+def make_objective(name: str, options: dict, seed: int | None = None):
+    """The package's default objective, or a copy of its settings with ``options`` changed.
+
+    With a ``seed``, an objective with stochastic smoothing (``noise > 0``) and no
+    ``random_state`` of its own gets ``random_state=seed``, so that the benchmark's seeds
+    vary the noise as they vary the learner."""
     default = _default_objective(name)
+    if seed is not None and "random_state" not in options and (
+        options.get("noise", getattr(default, "noise", 0.0)) > 0
+    ):
+        options = {**options, "random_state": seed}
     if not options:
         return default
     params = {p: getattr(default, p) for p in _objective_params(name) if hasattr(default, p)}
@@ -486,7 +494,7 @@ def _fit_lgb(method, fold, seed, config, budget):
 
     obj_opts, other = split_options(method)
     objective = (
-        make_objective(method.objective, obj_opts) if method.objective in APPROX
+        make_objective(method.objective, obj_opts, seed) if method.objective in APPROX
         else method.objective
     )
     params = {
@@ -562,7 +570,7 @@ def _fit_xgb(method, fold, seed, config, budget, cache):
     }
     kwargs = {}
     if method.objective in APPROX:
-        kwargs["obj"] = make_objective(method.objective, obj_opts)
+        kwargs["obj"] = make_objective(method.objective, obj_opts, seed)
     else:
         params["objective"] = method.objective
     params.update(other)

@@ -1,0 +1,180 @@
+"""ApproxNDCG with label-aware smoothed positions and swap-value (chord) pair forces.
+
+Two options of :class:`approx_gbdt.ApproxNDCG` that change the pair loop itself, in one
+O(n^2)-time, O(n)-memory kernel per query (parallel over queries):
+
+Label-aware positions (``positions="label_aware"``). Document ``i`` counts a document ``j``
+that is *less* relevant (``y_j < y_i``) with the softplus ``log2(1 + e^x)`` instead of the
+sigmoid, ``x = alpha (s_j - s_i)``::
+
+    pos^_i = 1 + sum_{j: y_j >= y_i} sig(x_ij) + sum_{j: y_j < y_i} log2(1 + e^{x_ij})
+
+``log2(1 + e^x) >= 1[x > 0]`` bounds the count of a misordered document from above, and its
+slope ``sig(x) / ln 2`` does not vanish when ``j`` is far above ``i``: a far-misordered pair
+keeps its force, where the sigmoid's slope ``sig (1 - sig)`` decays like ``e^-|x|``.
+
+With ``phi_ij`` the pair function of ``i``'s position (sigmoid or softplus) the chain rule is
+
+    dM/ds_k   = alpha sum_j [ v_j phi'_jk(x_jk) - v_k phi'_kj(x_kj) ]
+    d2M/ds_k2 = alpha^2 [ sum_{j != k} (e_j phi'_jk^2 + v_j phi''_jk) + e_k (sum_j phi'_kj)^2
+                          + v_k sum_j phi''_kj ]
+
+with ``v = dM/dpos^``, ``e = d2M/dpos^2`` (NDCG is separable). For the sigmoid everywhere it
+is the plain ApproxNDCG gradient ``alpha sum_j w_kj (v_j - v_k)``.
+
+Swap-value pair forces (``pair_force="chord"``). The tangent force of a pair compares the
+slopes ``G_k f'(p_k)`` and ``G_j f'(p_j)`` of the gain-weighted discount ``f = D T`` at each
+document's own position. The chord force uses, for both documents, the slope of the chord of
+``f`` between the two positions, ``c_kj = (f(p_j) - f(p_k)) / (p_j - p_k)``:
+
+    v_k -> G_k c_kj / Z,   v_j -> G_j c_kj / Z        (per pair)
+
+so the pair's force is the value of swapping the two documents (``(G_k - G_j)(f(p_j) - f(p_k))
+/ Z``) per position moved: a document of grade 1 at position 1 cannot push one of grade 4 at
+position 5 down, as tangents can. Chord forces are not the gradient of a function, so they
+have no exact Hessian; their Hessian is the bound below.
+
+Bound Hessian (``hessian="bound"``) for every option: ``alpha sum_j |t_kj|`` where ``t_kj`` is
+the pair's term of the gradient above; for the sigmoid and tangents it is the package's
+``alpha^2 sum_j w_kj |v_j - v_k|``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from approx_gbdt._kernels import (
+    HESS_ABS,
+    HESS_EXACT,
+    HESS_MIXED,
+    _finish_query,
+    _hessian_of_loss,
+    _ndcg_term,
+)
+
+_INV_LN2 = 1.0 / math.log(2.0)
+# Below this gap of smoothed positions the chord slope is the mean of the two tangents
+# (error O(gap^2)); above it the difference quotient (rounding error ~1e-16 / gap).
+_CHORD_EPS = 1e-4
+
+
+@njit(inline="always", cache=True)
+def _pair_fn(x, soft):
+    """``(phi, phi', phi'')`` at ``x`` of the sigmoid, or of ``log2(1 + e^x)`` if ``soft``."""
+    e = math.exp(-abs(x))
+    p = 1.0 / (1.0 + e)
+    sig = p if x >= 0.0 else e * p
+    w = e * p * p
+    if soft:
+        return (max(x, 0.0) + math.log1p(e)) * _INV_LN2, sig * _INV_LN2, w * _INV_LN2
+    return sig, w, w * (1.0 - 2.0 * sig)
+
+
+@njit(cache=True)
+def _query(s, y, gains, iz, alpha, k, beta, aware, chord, need_exact, pos, f0, f1, v, e,
+           g, bnd, aa, dd, ww):
+    n = s.shape[0]
+    for i in range(n):
+        pos[i] = 1.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            x = alpha * (s[j] - s[i])
+            pij, _, _ = _pair_fn(x, aware and y[j] < y[i])
+            pji, _, _ = _pair_fn(-x, aware and y[i] < y[j])
+            pos[i] += pij
+            pos[j] += pji
+    for i in range(n):
+        t0, t1, t2 = _ndcg_term(pos[i], k, beta)
+        f0[i] = t0
+        f1[i] = t1
+        v[i] = gains[i] * t1 * iz
+        e[i] = gains[i] * t2 * iz
+        g[i] = 0.0
+        bnd[i] = 0.0
+        aa[i] = 0.0
+        dd[i] = 0.0
+        ww[i] = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if gains[i] == 0.0 and gains[j] == 0.0:
+                continue  # v = e = 0 for both: the pair moves nothing
+            x = alpha * (s[j] - s[i])
+            _, d_ij, dd_ij = _pair_fn(x, aware and y[j] < y[i])
+            _, d_ji, dd_ji = _pair_fn(-x, aware and y[i] < y[j])
+            if chord:
+                gap = pos[j] - pos[i]
+                if abs(gap) > _CHORD_EPS:
+                    c = (f0[j] - f0[i]) / gap
+                else:
+                    c = 0.5 * (f1[i] + f1[j])
+                vi = gains[i] * c * iz
+                vj = gains[j] * c * iz
+            else:
+                vi = v[i]
+                vj = v[j]
+            t = alpha * (vj * d_ji - vi * d_ij)  # the pair's term of dM/ds_i (and -t of s_j)
+            g[i] += t
+            g[j] -= t
+            at = alpha * abs(t)
+            bnd[i] += at
+            bnd[j] += at
+            if need_exact:
+                aa[i] += e[j] * d_ji * d_ji + v[j] * dd_ji
+                aa[j] += e[i] * d_ij * d_ij + v[i] * dd_ij
+                ww[i] += d_ij
+                ww[j] += d_ji
+                dd[i] += dd_ij
+                dd[j] += dd_ji
+
+
+@njit(parallel=True, cache=True)
+def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, k, beta, aware, chord,
+                         mode, floor, constant, normalize, grad, hess):
+    """Gradient and Hessian of ``L = -sum_q M_q`` for label-aware positions and/or chord
+    forces (see the module docstring); the other arguments as ``ndcg_grad_hess``."""
+    need_exact = mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+    alpha2 = alpha * alpha
+    for q in prange(group_ptr.shape[0] - 1):
+        a = group_ptr[q]
+        b = group_ptr[q + 1]
+        n = b - a
+        if inv_z[q] == 0.0 or n < 2:
+            for i in range(a, b):
+                grad[i] = 0.0
+                hess[i] = 0.0
+            continue
+        work = np.empty((9, n))
+        pos, f0, f1, v, e = work[0], work[1], work[2], work[3], work[4]
+        bnd, aa, dd, ww = work[5], work[6], work[7], work[8]
+        gq = grad[a:b]
+        _query(s[a:b], y[a:b], gains[a:b], inv_z[q], alpha, k, beta, aware, chord, need_exact,
+               pos, f0, f1, v, e, gq, bnd, aa, dd, ww)
+        hq = hess[a:b]
+        for i in range(n):
+            exact_m = 0.0
+            if need_exact:
+                exact_m = alpha2 * (aa[i] + e[i] * ww[i] * ww[i] + v[i] * dd[i])
+            gq[i] = -gq[i]
+            hq[i] = _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bnd[i])
+        w_q = weights[a:b] if weights.shape[0] > 0 else weights
+        _finish_query(gq, hq, w_q, normalize)
+
+
+@njit(parallel=True, cache=True)
+def label_aware_positions(s, y, group_ptr, alpha, pos):
+    """Label-aware smoothed positions (module docstring), query by query."""
+    for q in prange(group_ptr.shape[0] - 1):
+        a = group_ptr[q]
+        b = group_ptr[q + 1]
+        for i in range(a, b):
+            pos[i] = 1.0
+        for i in range(a, b):
+            for j in range(i + 1, b):
+                x = alpha * (s[j] - s[i])
+                pij, _, _ = _pair_fn(x, y[j] < y[i])
+                pji, _, _ = _pair_fn(-x, y[i] < y[j])
+                pos[i] += pij
+                pos[j] += pji

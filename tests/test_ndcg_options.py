@@ -1,0 +1,261 @@
+"""ApproxNDCG's label-aware positions, chord pair forces and Gumbel noise against references.
+
+The references are written from the formulas in ``approx_gbdt/_pair_forces.py``'s docstring
+with dense tensors: label-aware positions by PyTorch autograd (float64), chord forces (which
+are not a gradient) by a plain NumPy double loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+import torch
+
+from approx_gbdt import ApproxNDCG, gumbel_perturbed, make_ranking_splits, metrics
+
+RTOL = 1e-6
+
+
+def queries(seed, *, ties=False, spread=1.0):
+    """Random queries of 1-30 documents, one of them with no relevant document."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([1, 7, 30, 12, 5, 2])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    s = rng.normal(size=ptr[-1]) * spread
+    if ties:
+        s = np.round(s * 2) / 2
+    y = rng.integers(0, 5, size=ptr[-1]).astype(np.float64)
+    y[ptr[4] : ptr[5]] = 0.0
+    return s, y, ptr
+
+
+def torch_label_aware_ndcg(s, y, *, alpha, k=None, beta=10.0):
+    gains = 2.0**y - 1.0
+    ideal = torch.sort(gains, descending=True).values
+    disc = 1.0 / torch.log2(torch.arange(y.shape[0], dtype=torch.float64) + 2.0)
+    z = (ideal * disc)[: k if k else None].sum()
+    if z == 0 or y.shape[0] < 2:
+        return s.sum() * 0.0
+    x = alpha * (s[None, :] - s[:, None])  # x[i, j] = alpha (s_j - s_i)
+    less = y[None, :] < y[:, None]  # j less relevant than i
+    phi = torch.where(less, torch.nn.functional.softplus(x) / math.log(2.0), torch.sigmoid(x))
+    pos = 1.0 + phi.sum(1) - torch.diagonal(phi)
+    terms = gains / torch.log2(1.0 + pos)
+    if k:
+        terms = terms * torch.sigmoid(beta * (k + 0.5 - pos))
+    return terms.sum() / z
+
+
+def autograd(scores, labels, ptr, **kw):
+    """Per-query values, gradient and exact Hessian diagonal of -sum_q M_q."""
+    values, grads, diags = [], [], []
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        s = torch.tensor(scores[a:b], requires_grad=True)
+        y = torch.tensor(labels[a:b])
+        m = torch_label_aware_ndcg(s, y, **kw)
+        values.append(float(m.detach()))
+        if not m.requires_grad:
+            grads.append(np.zeros(b - a))
+            diags.append(np.zeros(b - a))
+            continue
+        h = torch.autograd.functional.hessian(
+            lambda t, y=y: -torch_label_aware_ndcg(t, y, **kw), s.detach())
+        (g,) = torch.autograd.grad(-m, s)
+        grads.append(g.numpy())
+        diags.append(torch.diagonal(h).numpy().copy())
+    return np.array(values), np.concatenate(grads), np.concatenate(diags)
+
+
+def numpy_chord(scores, labels, ptr, *, alpha, aware, k=None, beta=10.0):
+    """Gradient of L and bound Hessian for chord forces, by an explicit double loop."""
+    grad = np.zeros(scores.size)
+    bound = np.zeros(scores.size)
+
+    def pair(x, soft):  # (phi, phi')
+        sig = 1.0 / (1.0 + np.exp(-x))
+        if soft:
+            return np.logaddexp(0.0, x) / np.log(2.0), sig / np.log(2.0)
+        return sig, sig * (1.0 - sig)
+
+    def f(p):
+        d = 1.0 / np.log2(1.0 + p)
+        return d / (1.0 + np.exp(-beta * (k + 0.5 - p))) if k else d
+
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        s, y = scores[a:b], labels[a:b]
+        g = 2.0**y - 1.0
+        z = (np.sort(g)[::-1] / np.log2(np.arange(b - a) + 2.0))[:k].sum()
+        if z == 0 or b - a < 2:
+            continue
+        soft = aware & (y[None, :] < y[:, None])
+        pos = 1.0 + np.array([sum(pair(alpha * (s[j] - s[i]), soft[i, j])[0]
+                                  for j in range(b - a) if j != i) for i in range(b - a)])
+        for i in range(b - a):
+            for j in range(b - a):
+                if i == j:
+                    continue
+                c = (f(pos[j]) - f(pos[i])) / (pos[j] - pos[i])
+                d_ij = pair(alpha * (s[j] - s[i]), soft[i, j])[1]
+                d_ji = pair(alpha * (s[i] - s[j]), soft[j, i])[1]
+                t = alpha * c * (g[j] * d_ji - g[i] * d_ij) / z
+                grad[a + i] -= t
+                bound[a + i] += alpha * abs(t)
+    return grad, bound
+
+
+def close(actual, expected, ptr):
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        scale = np.max(np.abs(expected[a:b]), initial=0.0)
+        np.testing.assert_allclose(actual[a:b], expected[a:b], rtol=RTOL,
+                                   atol=RTOL * scale + 1e-300)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("k", [None, 3])
+def test_label_aware_positions_against_autograd(ties, k):
+    s, y, ptr = queries(1, ties=ties)
+    kw = {"alpha": 2.0, "k": k, "beta": 2.0}
+    values, grad, diag = autograd(s, y, ptr, **kw)
+    obj = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions="label_aware", normalize=False)
+    ptr_multi = np.diff(ptr) > 1
+    np.testing.assert_allclose(obj.value(s, y, ptr)[ptr_multi], values[ptr_multi], rtol=RTOL)
+    g, h = obj.grad_hess(s, y, ptr, hessian="exact")
+    close(g, grad, ptr)
+    close(h, diag, ptr)
+    # the positive Hessians are built from the same pieces as for the plain positions
+    _, h_mixed = obj.grad_hess(s, y, ptr)
+    _, h_bound = obj.grad_hess(s, y, ptr, hessian="bound")
+    assert np.all(h_bound >= 0)
+    np.testing.assert_allclose(h_mixed, np.maximum(diag, 0.1 * h_bound), rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("aware", [False, True])
+@pytest.mark.parametrize("k", [None, 3])
+def test_chord_forces_against_numpy(aware, k):
+    s, y, ptr = queries(2, spread=2.0)  # distinct scores: the difference quotient is exact
+    obj = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions="label_aware" if aware else "sigmoid",
+                     pair_force="chord", hessian="bound", normalize=False)
+    g, h = obj.grad_hess(s, y, ptr)
+    g_ref, h_ref = numpy_chord(s, y, ptr, alpha=2.0, aware=aware, k=k, beta=2.0)
+    close(g, g_ref, ptr)
+    close(h, h_ref, ptr)
+
+
+def test_chord_with_ties_uses_the_tangent_limit():
+    """Equal scores of equal labels give equal positions: the chord is the tangent there."""
+    s = np.array([0.3, 0.3, 0.3, -1.0])
+    y = np.array([2.0, 2.0, 0.0, 1.0])
+    ptr = np.array([0, 4])
+    g, h = ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s, y, ptr)
+    assert np.all(np.isfinite(g)) and np.all(np.isfinite(h))
+    assert g[0] == pytest.approx(g[1]) and g[0] < 0 < g[2]  # relevant up, irrelevant down
+    s_near = s + np.array([0.0, 1e-9, 0.0, 0.0])
+    g_near, _ = ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s_near, y, ptr)
+    np.testing.assert_allclose(g_near, g, rtol=1e-6)
+
+
+def test_chord_force_is_swap_value_not_slope():
+    """A misordered pair, grade 1 above grade 2, one score unit apart at alpha 10: the
+    tangents compare D'(1) with 3 D'(2) and push the more relevant document *down*; the
+    chord gives the pair the value of swapping them and pushes it up."""
+    s = np.array([1.0, 0.0])
+    y = np.array([1.0, 2.0])
+    ptr = np.array([0, 2])
+    g_tangent, _ = ApproxNDCG(hessian="bound").grad_hess(s, y, ptr)
+    g_chord, _ = ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s, y, ptr)
+    assert g_tangent[1] > 0 > g_tangent[0]  # loss gradient: grade 2 goes down
+    assert g_chord[1] < 0 < g_chord[0]  # grade 2 goes up
+
+
+@pytest.mark.parametrize("hessian", ["exact", "bound", "mixed"])
+def test_label_aware_without_label_differences_is_the_plain_objective(hessian):
+    """Queries whose documents share one label have no softplus pair: the O(n^2) pair loop
+    must then give exactly what the windowed fast kernel gives for the plain objective."""
+    s, _, ptr = queries(3, ties=True)
+    y = np.repeat(np.arange(ptr.size - 1) % 3, np.diff(ptr)).astype(np.float64)
+    plain = ApproxNDCG(hessian=hessian).grad_hess(s, y, ptr)
+    aware = ApproxNDCG(hessian=hessian, positions="label_aware").grad_hess(s, y, ptr)
+    for a, b in zip(plain, aware):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-15)
+    assert np.abs(plain[0]).max() > 0
+
+
+def test_single_document_and_empty_queries_get_zeros():
+    s = np.array([0.5, 1.0, 2.0, 3.0])
+    y = np.array([3.0, 0.0, 0.0, 0.0])
+    ptr = np.array([0, 1, 4])
+    for opts in ({"positions": "label_aware"}, {"pair_force": "chord", "hessian": "bound"},
+                 {"noise": 1.0}):
+        g, h = ApproxNDCG(**opts).grad_hess(s, y, ptr)
+        assert not g.any() and not h.any(), opts
+
+
+def test_noise_zero_is_the_plain_objective_and_seeds_reproduce():
+    s, y, ptr = queries(4)
+    g0, h0 = ApproxNDCG().grad_hess(s, y, ptr)
+    g1, h1 = ApproxNDCG(noise=0.0, random_state=7).grad_hess(s, y, ptr)
+    np.testing.assert_array_equal(g0, g1)
+    np.testing.assert_array_equal(h0, h1)
+    a = ApproxNDCG(noise=1.0, random_state=3).grad_hess(s, y, ptr)
+    b = ApproxNDCG(noise=1.0, random_state=3).grad_hess(s, y, ptr)
+    c = ApproxNDCG(noise=1.0, random_state=4).grad_hess(s, y, ptr)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert not np.allclose(a[0], c[0]) and not np.allclose(a[0], g0)
+    # the same draw is the plain objective at the perturbed scores
+    sp = gumbel_perturbed(s, alpha=10.0, noise=1.0, random_state=3)
+    np.testing.assert_array_equal(a[0], ApproxNDCG().grad_hess(sp, y, ptr)[0])
+    # value is never perturbed
+    np.testing.assert_array_equal(ApproxNDCG(noise=1.0).value(s, y, ptr),
+                                  ApproxNDCG().value(s, y, ptr))
+
+
+def test_gumbel_noise_has_the_stated_scale():
+    s = np.zeros(200_000)
+    eps = gumbel_perturbed(s, alpha=4.0, noise=2.0, random_state=0) * 4.0 / 2.0
+    assert eps.mean() == pytest.approx(np.euler_gamma, abs=0.01)  # Gumbel(0, 1) mean
+    assert eps.std() == pytest.approx(math.pi / math.sqrt(6.0), abs=0.01)
+
+
+def test_noisy_training_is_reproducible_and_learns():
+    d = make_ranking_splits((60, 20, 20), seed=5)
+    tr, te = d["train"], d["test"]
+    obj = ApproxNDCG(noise=1.0, positions="label_aware", random_state=11)
+    params = {"objective": obj, "learning_rate": 0.1, "num_leaves": 7, "verbosity": -1,
+              "num_threads": 1, "deterministic": True, "force_col_wise": True}
+
+    def train(objective):
+        ds = lgb.Dataset(tr.X, tr.y, group=np.diff(tr.group_ptr))
+        return lgb.train({**params, "objective": objective}, ds, num_boost_round=20)
+
+    p1 = train(obj).predict(te.X)
+    p2 = train(ApproxNDCG(noise=1.0, positions="label_aware", random_state=11)).predict(te.X)
+    np.testing.assert_array_equal(p1, p2)
+    score = metrics.mean_over_queries(metrics.ndcg(p1, te.y, te.group_ptr, k=10))
+    const = metrics.mean_over_queries(metrics.ndcg(np.zeros(te.y.size), te.y, te.group_ptr,
+                                                   k=10))
+    assert score > const + 0.1
+
+
+@pytest.mark.parametrize("bad, err", [
+    ({"positions": "softplus"}, ValueError),
+    ({"pair_force": "secant"}, ValueError),
+    ({"pair_force": "chord"}, ValueError),  # default hessian "mixed" needs an exact Hessian
+    ({"pair_force": "chord", "hessian": "exact"}, ValueError),
+    ({"noise": -1.0}, ValueError),
+    ({"noise": float("nan")}, ValueError),
+    ({"noise": "1"}, TypeError),
+    ({"noise": 1.0, "random_state": -2}, ValueError),
+    ({"noise": 1.0, "random_state": 1.5}, ValueError),
+])
+def test_bad_options(bad, err):
+    with pytest.raises(err):
+        ApproxNDCG(**bad)
+
+
+def test_chord_rejects_an_exact_hessian_override():
+    s, y, ptr = queries(5)
+    with pytest.raises(ValueError, match="chord"):
+        ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s, y, ptr, hessian="mixed")
