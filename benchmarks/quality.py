@@ -348,6 +348,36 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
             head += [f"Δ{meas}", "p (t)", "p (Wilcoxon)"]
         lines += C.md_table(head + ["queries"], rows)
 
+    # -- against the best peer ----------------------------------------------------------------
+    peers = [m for m in methods if m.library != "nn" and m.objective in C.NATIVE.get(m.library, ())]
+    ours = [m for m in methods if m not in peers]
+    if peers and ours:
+        avg = {m.name: np.mean([values[m.name][f"NDCG@{k}"] for k in (1, 3, 5, 10)], axis=0)
+               for m in methods}
+        best_peer = max(peers, key=lambda m: np.nanmean(avg[m.name])).name
+        peer_mean = float(np.nanmean(avg[best_peer]))
+        rows = []
+        for m in ours:
+            mine = float(np.nanmean(avg[m.name]))
+            mean, half, p_t, p_w, _ = paired(avg[m.name], avg[best_peer])
+            summary[m.name]["ndcg_1_10"] = {"mean": mine, "best_peer": best_peer,
+                                            "ratio": mine / peer_mean, "diff": mean,
+                                            "ci95": half, "p_ttest": p_t}
+            rows.append([f"`{m.name}`", fmt(mine), f"{mine / peer_mean:.3f}",
+                         f"{mean:+.4f} ± {fmt(half, 4)}", pfmt(p_t), pfmt(p_w)])
+        lines += [
+            "",
+            "## Against the best peer",
+            "",
+            "NDCG@1-10: the mean of NDCG@1, @3, @5 and @10 per query. Best peer: the native "
+            f"objective (LightGBM, XGBoost, CatBoost) with the highest mean, `{best_peer}` "
+            f"({fmt(peer_mean)}). Ratio: method / best peer; difference paired over queries "
+            "as above.",
+            "",
+        ]
+        lines += C.md_table(["method", "NDCG@1-10", "ratio", "Δ vs best peer", "p (t)",
+                             "p (Wilcoxon)"], rows)
+
     # -- cross-metric matrix ------------------------------------------------------------------
     means = {m.name: {meas: float(np.nanmean(values[m.name][meas])) for meas in C.MEASURES}
              for m in methods}
