@@ -34,6 +34,11 @@ so the pair's force is the value of swapping the two documents (``(G_k - G_j)(f(
 position 5 down, as tangents can. Chord forces are not the gradient of a function, so they
 have no exact Hessian; their Hessian is the bound below.
 
+Swap forces (``pair_force="swap"``) multiply the chord slope by ``max(1, |p_j - p_k|)``: the
+whole value of the swap, as LambdaRank's ``|Delta NDCG|`` weights, for pairs more than one
+position apart, and the chord (the tangent at equal positions) for closer ones, so that tied
+documents at a constant start still get a force.
+
 Bound Hessian (``hessian="bound"``) for every option: ``alpha sum_j |t_kj|`` where ``t_kj`` is
 the pair's term of the gradient above; for the sigmoid and tangents it is the package's
 ``alpha^2 sum_j w_kj |v_j - v_k|``.
@@ -74,7 +79,7 @@ def _pair_fn(x, soft):
 
 
 @njit(cache=True)
-def _query(s, y, gains, iz, alpha, k, beta, aware, chord, need_exact, pos, f0, f1, v, e,
+def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, pos, f0, f1, v, e,
            g, bnd, aa, dd, ww):
     n = s.shape[0]
     for i in range(n):
@@ -110,6 +115,8 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, need_exact, pos, f0, f
                     c = (f0[j] - f0[i]) / gap
                 else:
                     c = 0.5 * (f1[i] + f1[j])
+                if swap and abs(gap) > 1.0:
+                    c *= abs(gap)
                 vi = gains[i] * c * iz
                 vj = gains[j] * c * iz
             else:
@@ -132,7 +139,7 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, need_exact, pos, f0, f
 
 @njit(parallel=True, cache=True)
 def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, k, beta, aware, chord,
-                         mode, floor, constant, normalize, grad, hess):
+                         swap, mode, floor, constant, normalize, grad, hess):
     """Gradient and Hessian of ``L = -sum_q M_q`` for label-aware positions and/or chord
     forces (see the module docstring); the other arguments as ``ndcg_grad_hess``."""
     need_exact = mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
@@ -150,8 +157,8 @@ def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, k, beta,
         pos, f0, f1, v, e = work[0], work[1], work[2], work[3], work[4]
         bnd, aa, dd, ww = work[5], work[6], work[7], work[8]
         gq = grad[a:b]
-        _query(s[a:b], y[a:b], gains[a:b], inv_z[q], alpha, k, beta, aware, chord, need_exact,
-               pos, f0, f1, v, e, gq, bnd, aa, dd, ww)
+        _query(s[a:b], y[a:b], gains[a:b], inv_z[q], alpha, k, beta, aware, chord, swap,
+               need_exact, pos, f0, f1, v, e, gq, bnd, aa, dd, ww)
         hq = hess[a:b]
         for i in range(n):
             exact_m = 0.0

@@ -46,7 +46,7 @@ HESSIANS = {
 }
 
 POSITIONS = ("sigmoid", "label_aware")
-PAIR_FORCES = ("tangent", "chord")
+PAIR_FORCES = ("tangent", "chord", "swap")
 
 # 2^y - 1 must stay finite in float64, and so must the ideal DCG.
 _MAX_LABEL = 1000.0
@@ -433,11 +433,13 @@ class ApproxNDCG(_ApproxObjective):
         ``"label_aware"`` counts a less relevant document ``j`` in ``i``'s position with the
         softplus ``log2(1 + e^{alpha (s_j - s_i)})`` instead of the sigmoid: an upper bound of
         the indicator whose slope does not vanish when ``j`` is far above ``i``.
-    pair_force : {"tangent", "chord"}, default "tangent"
+    pair_force : {"tangent", "chord", "swap"}, default "tangent"
         ``"tangent"`` is the gradient of the surrogate. ``"chord"`` replaces, per pair, both
         documents' discount slopes by the slope of the chord of the (truncated) discount
         between their two smoothed positions, so that a pair's force is the value of swapping
-        them; it has no exact Hessian (``hessian`` must be ``"bound"`` or ``"constant"``).
+        them per position moved; ``"swap"`` multiplies that by ``max(1, |pos^_j - pos^_i|)``
+        (the whole value of the swap, as LambdaRank). Neither is a gradient, so neither has
+        an exact Hessian (``hessian`` must be ``"bound"`` or ``"constant"``).
         Both options run an O(n^2) pair loop per query (approx_gbdt._pair_forces) instead of
         the windowed fast kernels.
     noise : float, default 0.0
@@ -480,10 +482,10 @@ class ApproxNDCG(_ApproxObjective):
         self.random_state = random_state
 
     def _check_chord_hessian(self, hessian):
-        if self.pair_force == "chord" and hessian in ("exact", "abs", "mixed"):
+        if self.pair_force != "tangent" and hessian in ("exact", "abs", "mixed"):
             raise ValueError(
-                f"pair_force='chord' has no exact Hessian: hessian must be 'bound' or "
-                f"'constant', got {hessian!r}"
+                f"pair_force={self.pair_force!r} has no exact Hessian: hessian must be 'bound' "
+                f"or 'constant', got {hessian!r}"
             )
 
     def _options(self):
@@ -545,8 +547,8 @@ class ApproxNDCG(_ApproxObjective):
             P.pair_force_grad_hess(
                 s, prep.labels, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha,
                 self._k, self.beta, self.positions == "label_aware",
-                self.pair_force == "chord", self._mode(hessian), self.hessian_floor,
-                self.hessian_constant, self.normalize, grad, hess,
+                self.pair_force != "tangent", self.pair_force == "swap", self._mode(hessian),
+                self.hessian_floor, self.hessian_constant, self.normalize, grad, hess,
             )
         if self._k and a["n_active"] and not grad.any() and (weights.size == 0 or weights.any()):
             warnings.warn(

@@ -69,8 +69,8 @@ def autograd(scores, labels, ptr, **kw):
     return np.array(values), np.concatenate(grads), np.concatenate(diags)
 
 
-def numpy_chord(scores, labels, ptr, *, alpha, aware, k=None, beta=10.0):
-    """Gradient of L and bound Hessian for chord forces, by an explicit double loop."""
+def numpy_chord(scores, labels, ptr, *, alpha, aware, k=None, beta=10.0, swap=False):
+    """Gradient of L and bound Hessian for chord (or swap) forces, by an explicit loop."""
     grad = np.zeros(scores.size)
     bound = np.zeros(scores.size)
 
@@ -98,6 +98,8 @@ def numpy_chord(scores, labels, ptr, *, alpha, aware, k=None, beta=10.0):
                 if i == j:
                     continue
                 c = (f(pos[j]) - f(pos[i])) / (pos[j] - pos[i])
+                if swap:
+                    c *= max(1.0, abs(pos[j] - pos[i]))
                 d_ij = pair(alpha * (s[j] - s[i]), soft[i, j])[1]
                 d_ji = pair(alpha * (s[i] - s[j]), soft[j, i])[1]
                 t = alpha * c * (g[j] * d_ji - g[i] * d_ij) / z
@@ -132,14 +134,16 @@ def test_label_aware_positions_against_autograd(ties, k):
     np.testing.assert_allclose(h_mixed, np.maximum(diag, 0.1 * h_bound), rtol=1e-9, atol=1e-15)
 
 
+@pytest.mark.parametrize("force", ["chord", "swap"])
 @pytest.mark.parametrize("aware", [False, True])
 @pytest.mark.parametrize("k", [None, 3])
-def test_chord_forces_against_numpy(aware, k):
+def test_chord_forces_against_numpy(aware, k, force):
     s, y, ptr = queries(2, spread=2.0)  # distinct scores: the difference quotient is exact
     obj = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions="label_aware" if aware else "sigmoid",
-                     pair_force="chord", hessian="bound", normalize=False)
+                     pair_force=force, hessian="bound", normalize=False)
     g, h = obj.grad_hess(s, y, ptr)
-    g_ref, h_ref = numpy_chord(s, y, ptr, alpha=2.0, aware=aware, k=k, beta=2.0)
+    g_ref, h_ref = numpy_chord(s, y, ptr, alpha=2.0, aware=aware, k=k, beta=2.0,
+                               swap=force == "swap")
     close(g, g_ref, ptr)
     close(h, h_ref, ptr)
 
@@ -244,6 +248,7 @@ def test_noisy_training_is_reproducible_and_learns():
     ({"pair_force": "secant"}, ValueError),
     ({"pair_force": "chord"}, ValueError),  # default hessian "mixed" needs an exact Hessian
     ({"pair_force": "chord", "hessian": "exact"}, ValueError),
+    ({"pair_force": "swap", "hessian": "abs"}, ValueError),
     ({"noise": -1.0}, ValueError),
     ({"noise": float("nan")}, ValueError),
     ({"noise": "1"}, TypeError),
