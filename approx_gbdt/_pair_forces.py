@@ -67,15 +67,25 @@ _CHORD_EPS = 1e-4
 
 
 @njit(inline="always", cache=True)
-def _pair_fn(x, soft):
-    """``(phi, phi', phi'')`` at ``x`` of the sigmoid, or of ``log2(1 + e^x)`` if ``soft``."""
+def _pair_fns(x, soft_ij, soft_ji):
+    """``(phi, phi', phi'')`` of ``i``'s pair function at ``x`` and of ``j``'s at ``-x``, each
+    the sigmoid or, if ``soft_*``, ``log2(1 + e^x)``; one ``exp`` for both."""
     e = math.exp(-abs(x))
     p = 1.0 / (1.0 + e)
-    sig = p if x >= 0.0 else e * p
+    sig = p if x >= 0.0 else e * p  # sig(x)
+    neg = e * p if x >= 0.0 else p  # sig(-x), without the cancellation of 1 - sig
     w = e * p * p
-    if soft:
-        return (max(x, 0.0) + math.log1p(e)) * _INV_LN2, sig * _INV_LN2, w * _INV_LN2
-    return sig, w, w * (1.0 - 2.0 * sig)
+    if soft_ij or soft_ji:
+        l1 = math.log1p(e)
+    if soft_ij:
+        a0, a1, a2 = (max(x, 0.0) + l1) * _INV_LN2, sig * _INV_LN2, w * _INV_LN2
+    else:
+        a0, a1, a2 = sig, w, w * (neg - sig)
+    if soft_ji:
+        b0, b1, b2 = (max(-x, 0.0) + l1) * _INV_LN2, neg * _INV_LN2, w * _INV_LN2
+    else:
+        b0, b1, b2 = neg, w, w * (sig - neg)
+    return a0, a1, a2, b0, b1, b2
 
 
 @njit(cache=True)
@@ -87,8 +97,7 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, pos,
     for i in range(n):
         for j in range(i + 1, n):
             x = alpha * (s[j] - s[i])
-            pij, _, _ = _pair_fn(x, aware and y[j] < y[i])
-            pji, _, _ = _pair_fn(-x, aware and y[i] < y[j])
+            pij, _, _, pji, _, _ = _pair_fns(x, aware and y[j] < y[i], aware and y[i] < y[j])
             pos[i] += pij
             pos[j] += pji
     for i in range(n):
@@ -107,8 +116,8 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, pos,
             if gains[i] == 0.0 and gains[j] == 0.0:
                 continue  # v = e = 0 for both: the pair moves nothing
             x = alpha * (s[j] - s[i])
-            _, d_ij, dd_ij = _pair_fn(x, aware and y[j] < y[i])
-            _, d_ji, dd_ji = _pair_fn(-x, aware and y[i] < y[j])
+            _, d_ij, dd_ij, _, d_ji, dd_ji = _pair_fns(x, aware and y[j] < y[i],
+                                                       aware and y[i] < y[j])
             if chord:
                 gap = pos[j] - pos[i]
                 if abs(gap) > _CHORD_EPS:
@@ -181,7 +190,6 @@ def label_aware_positions(s, y, group_ptr, alpha, pos):
         for i in range(a, b):
             for j in range(i + 1, b):
                 x = alpha * (s[j] - s[i])
-                pij, _, _ = _pair_fn(x, y[j] < y[i])
-                pji, _, _ = _pair_fn(-x, y[i] < y[j])
+                pij, _, _, pji, _, _ = _pair_fns(x, y[j] < y[i], y[i] < y[j])
                 pos[i] += pij
                 pos[j] += pji
