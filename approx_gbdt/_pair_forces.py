@@ -39,6 +39,11 @@ whole value of the swap, as LambdaRank's ``|Delta NDCG|`` weights, for pairs mor
 position apart, and the chord (the tangent at equal positions) for closer ones, so that tied
 documents at a constant start still get a force.
 
+Without label-aware positions the pair loop visits, in score order, only the pairs with
+``alpha |s_j - s_i| <= 37`` (as the default kernel does): the others count exactly 0 or 1 in
+the positions and their forces are below ``e^-37`` relative. Softplus pairs never saturate, so
+label-aware positions cost O(n^2) per query.
+
 Bound Hessian (``hessian="bound"``) for every option: ``alpha sum_j |t_kj|`` where ``t_kj`` is
 the pair's term of the gradient above; for the sigmoid and tangents it is the package's
 ``alpha^2 sum_j w_kj |v_j - v_k|``.
@@ -52,6 +57,7 @@ import numpy as np
 from numba import njit, prange
 
 from approx_gbdt._kernels import (
+    _T,
     HESS_ABS,
     HESS_EXACT,
     HESS_MIXED,
@@ -89,13 +95,43 @@ def _pair_fns(x, soft_ij, soft_ji):
 
 
 @njit(cache=True)
-def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, pos, f0, f1, v, e,
-           g, bnd, aa, dd, ww):
+def _window(s, alpha, aware, o, jst, jend):
+    """Sort the query (``o``: indices by descending score) and, unless ``aware``, the window
+    of every sorted row ``r``: ``[jst_r, jend_r)`` holds the documents with
+    ``alpha |s_j - s_r| <= _T``. Outside it a sigmoid pair is saturated: it counts exactly 1
+    (above) or 0 (below) in the position, and its slope is below ``e^-_T`` (~1e-16). Softplus
+    pairs never saturate, so label-aware positions take the whole query."""
     n = s.shape[0]
-    for i in range(n):
-        pos[i] = 1.0
-    for i in range(n):
-        for j in range(i + 1, n):
+    o[:] = np.argsort(-s, kind="mergesort")
+    if aware:
+        jst[:] = 0
+        jend[:] = n
+        return
+    i = 0
+    j = 0
+    for r in range(n):
+        xr = alpha * s[o[r]]
+        while alpha * s[o[i]] - xr > _T:
+            i += 1
+        jst[r] = i
+        if j < r + 1:
+            j = r + 1
+        while j < n and xr - alpha * s[o[j]] <= _T:
+            j += 1
+        jend[r] = j
+
+
+@njit(cache=True)
+def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, o, jst, jend,
+           pos, f0, f1, v, e, g, bnd, aa, dd, ww):
+    n = s.shape[0]
+    _window(s, alpha, aware, o, jst, jend)
+    for r in range(n):
+        pos[o[r]] = 1.0 + jst[r]  # the documents saturated above
+    for r in range(n):
+        i = o[r]
+        for c in range(r + 1, jend[r]):
+            j = o[c]
             x = alpha * (s[j] - s[i])
             pij, _, _, pji, _, _ = _pair_fns(x, aware and y[j] < y[i], aware and y[i] < y[j])
             pos[i] += pij
@@ -111,8 +147,10 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, pos,
         aa[i] = 0.0
         dd[i] = 0.0
         ww[i] = 0.0
-    for i in range(n):
-        for j in range(i + 1, n):
+    for r in range(n):
+        i = o[r]
+        for c in range(r + 1, jend[r]):
+            j = o[c]
             if gains[i] == 0.0 and gains[j] == 0.0:
                 continue  # v = e = 0 for both: the pair moves nothing
             x = alpha * (s[j] - s[i])
@@ -121,13 +159,13 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, pos,
             if chord:
                 gap = pos[j] - pos[i]
                 if abs(gap) > _CHORD_EPS:
-                    c = (f0[j] - f0[i]) / gap
+                    c_ij = (f0[j] - f0[i]) / gap
                 else:
-                    c = 0.5 * (f1[i] + f1[j])
+                    c_ij = 0.5 * (f1[i] + f1[j])
                 if swap and abs(gap) > 1.0:
-                    c *= abs(gap)
-                vi = gains[i] * c * iz
-                vj = gains[j] * c * iz
+                    c_ij *= abs(gap)
+                vi = gains[i] * c_ij * iz
+                vj = gains[j] * c_ij * iz
             else:
                 vi = v[i]
                 vj = v[j]
@@ -165,9 +203,10 @@ def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, k, beta,
         work = np.empty((9, n))
         pos, f0, f1, v, e = work[0], work[1], work[2], work[3], work[4]
         bnd, aa, dd, ww = work[5], work[6], work[7], work[8]
+        idx = np.empty((3, n), dtype=np.int64)
         gq = grad[a:b]
         _query(s[a:b], y[a:b], gains[a:b], inv_z[q], alpha, k, beta, aware, chord, swap,
-               need_exact, pos, f0, f1, v, e, gq, bnd, aa, dd, ww)
+               need_exact, idx[0], idx[1], idx[2], pos, f0, f1, v, e, gq, bnd, aa, dd, ww)
         hq = hess[a:b]
         for i in range(n):
             exact_m = 0.0

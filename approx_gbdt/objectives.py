@@ -439,7 +439,9 @@ class ApproxNDCG(_ApproxObjective):
         between their two smoothed positions, so that a pair's force is the value of swapping
         them per position moved; ``"swap"`` multiplies that by ``max(1, |pos^_j - pos^_i|)``
         (the whole value of the swap, as LambdaRank). Neither is a gradient, so neither has
-        an exact Hessian (``hessian`` must be ``"bound"`` or ``"constant"``).
+        an exact Hessian: ``"mixed"`` is then ``max(exact diagonal of the surrogate,
+        hessian_floor * bound)`` with the bound of the chord forces, and ``"exact"`` and
+        ``"abs"`` are refused.
         Both options run an O(n^2) pair loop per query (approx_gbdt._pair_forces) instead of
         the windowed fast kernels.
     noise : float, default 0.0
@@ -482,10 +484,10 @@ class ApproxNDCG(_ApproxObjective):
         self.random_state = random_state
 
     def _check_chord_hessian(self, hessian):
-        if self.pair_force != "tangent" and hessian in ("exact", "abs", "mixed"):
+        if self.pair_force != "tangent" and hessian in ("exact", "abs"):
             raise ValueError(
-                f"pair_force={self.pair_force!r} has no exact Hessian: hessian must be 'bound' "
-                f"or 'constant', got {hessian!r}"
+                f"pair_force={self.pair_force!r} has no exact Hessian: hessian must be "
+                f"'mixed', 'bound' or 'constant', got {hessian!r}"
             )
 
     def _options(self):

@@ -134,11 +134,12 @@ def test_label_aware_positions_against_autograd(ties, k):
     np.testing.assert_allclose(h_mixed, np.maximum(diag, 0.1 * h_bound), rtol=1e-9, atol=1e-15)
 
 
+@pytest.mark.parametrize("spread", [2.0, 40.0])  # 40: most pairs saturated (windowed loop)
 @pytest.mark.parametrize("force", ["chord", "swap"])
 @pytest.mark.parametrize("aware", [False, True])
 @pytest.mark.parametrize("k", [None, 3])
-def test_chord_forces_against_numpy(aware, k, force):
-    s, y, ptr = queries(2, spread=2.0)  # distinct scores: the difference quotient is exact
+def test_chord_forces_against_numpy(aware, k, force, spread):
+    s, y, ptr = queries(2, spread=spread)  # distinct scores: the difference quotient is exact
     obj = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions="label_aware" if aware else "sigmoid",
                      pair_force=force, hessian="bound", normalize=False)
     g, h = obj.grad_hess(s, y, ptr)
@@ -146,6 +147,13 @@ def test_chord_forces_against_numpy(aware, k, force):
                                swap=force == "swap")
     close(g, g_ref, ptr)
     close(h, h_ref, ptr)
+    # "mixed": the surrogate's exact diagonal, floored by the chord bound
+    _, diag = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions=obj.positions, hessian="exact",
+                         normalize=False).grad_hess(s, y, ptr)
+    _, h_mixed = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions=obj.positions,
+                            pair_force=force, normalize=False).grad_hess(s, y, ptr)
+    np.testing.assert_allclose(h_mixed, np.maximum(diag, 0.1 * h_ref), rtol=1e-6,
+                               atol=1e-12 * np.abs(h_ref).max())
 
 
 def test_chord_with_ties_uses_the_tangent_limit():
@@ -246,7 +254,6 @@ def test_noisy_training_is_reproducible_and_learns():
 @pytest.mark.parametrize("bad, err", [
     ({"positions": "softplus"}, ValueError),
     ({"pair_force": "secant"}, ValueError),
-    ({"pair_force": "chord"}, ValueError),  # default hessian "mixed" needs an exact Hessian
     ({"pair_force": "chord", "hessian": "exact"}, ValueError),
     ({"pair_force": "swap", "hessian": "abs"}, ValueError),
     ({"noise": -1.0}, ValueError),
@@ -263,4 +270,4 @@ def test_bad_options(bad, err):
 def test_chord_rejects_an_exact_hessian_override():
     s, y, ptr = queries(5)
     with pytest.raises(ValueError, match="chord"):
-        ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s, y, ptr, hessian="mixed")
+        ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s, y, ptr, hessian="exact")
