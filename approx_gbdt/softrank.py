@@ -195,8 +195,9 @@ class SoftNDCG(_ApproxObjective):
     Gradient (analytic). :math:`p_j` is linear in each :math:`\pi_{ij}`:
     :math:`\partial p_j(r) / \partial \pi_{ij} = q_{ij}(r - 1) - q_{ij}(r)`, with :math:`q_{ij}` the
     rank distribution of :math:`j` without document :math:`i`, so
-    :math:`c_{ij} = \partial E_j / \partial \pi_{ij} = \sum_r (D(r + 1) - D(r))\, q_{ij}(r)`, and
-    with :math:`d_{ij} = \phi(u_{ij}) / (\sigma\sqrt2)`, :math:`u_{ij} = (s_i - s_j)/(\sigma\sqrt2)`,
+    :math:`c_{ij} = \partial E_j / \partial \pi_{ij} = \sum_r (D(r + 1) - D(r))\, q_{ij}(r)`,
+    and with :math:`d_{ij} = \phi(u_{ij}) / (\sigma\sqrt2)`,
+    :math:`u_{ij} = (s_i - s_j)/(\sigma\sqrt2)`,
     every pair contributes :math:`\lambda_{ij} = g_j c_{ij} d_{ij} / Z` to
     :math:`\partial\,\mathrm{SoftNDCG} / \partial s_i` and :math:`-\lambda_{ij}` to that of
     :math:`s_j`. All :math:`q_{ij}` of one :math:`j` come from a divide-and-conquer over the other
