@@ -49,18 +49,20 @@ def _queries(rng, sizes, ties=False):
 
 @pytest.mark.parametrize("k", [None, 3])
 @pytest.mark.parametrize("ties", [False, True])
-def test_value_and_gradient_against_autograd(k, ties):
+@pytest.mark.parametrize("sigma", [0.4, 0.05])
+def test_value_and_gradient_against_autograd(k, ties, sigma):
+    # sigma=0.05: many pairs are certain (skipped or shifting the rank distribution)
     rng = np.random.default_rng(7 + (k or 0) + 10 * ties)
     s, y, ptr = _queries(rng, [6, 1, 9, 4], ties=ties)
     y[ptr[3]:ptr[4]] = 0.0  # a query without a relevant document
     w = rng.uniform(0.5, 2.0, size=4)
-    obj = SoftNDCG(sigma=0.4, k=k, normalize=False)
+    obj = SoftNDCG(sigma=sigma, k=k, normalize=False)
     grad, hess = obj.grad_hess(s, y, ptr, weights=w)
     values = obj.value(s, y, ptr)
     for q in range(4):
         a, b = ptr[q], ptr[q + 1]
         st = torch.tensor(s[a:b], dtype=torch.float64, requires_grad=True)
-        v = torch_soft_ndcg(st, torch.tensor(y[a:b], dtype=torch.float64), sigma=0.4, k=k)
+        v = torch_soft_ndcg(st, torch.tensor(y[a:b], dtype=torch.float64), sigma=sigma, k=k)
         assert values[q] == pytest.approx(float(v.detach()), abs=1e-12)
         (-w[q] * v).backward()
         ref = np.zeros(b - a) if st.grad is None else st.grad.numpy()
@@ -68,8 +70,12 @@ def test_value_and_gradient_against_autograd(k, ties):
     # single-document and no-relevant queries: zero gradient and Hessian; others positive
     for q in (1, 3):
         assert not grad[ptr[q]:ptr[q + 1]].any() and not hess[ptr[q]:ptr[q + 1]].any()
-    for q in (0, 2):
-        assert np.all(hess[ptr[q]:ptr[q + 1]] > 0)
+    # the Hessian is positive wherever there is a gradient (zero for a document whose every
+    # pair is certain, sigma=0.05 here), and everywhere at sigma=0.4
+    assert np.all(hess >= 0) and np.all(hess[grad != 0] > 0)
+    if sigma == 0.4:
+        for q in (0, 2):
+            assert np.all(hess[ptr[q]:ptr[q + 1]] > 0)
 
 
 def test_gradient_against_finite_differences_with_extreme_probabilities():
@@ -196,3 +202,21 @@ def test_trains_in_lightgbm_and_xgboost():
     booster = xgb.train({"eta": 0.1, "max_depth": 6, "min_child_weight": 0.01, "seed": 0},
                         dtrain, num_boost_round=30, obj=obj)
     assert _test_ndcg(booster.predict(xgb.DMatrix(Xte)), yte, gte) > const + 0.15
+
+
+@pytest.mark.parametrize("k", [None, 5])
+def test_long_list_gradient_against_finite_differences(k):
+    # 150 documents within a few sigma of each other: long deconvolution chains, forward and
+    # backward; and far-apart scores (sigma small) where most pairs are certain
+    rng = np.random.default_rng(5)
+    for spread, sigma in ((0.3, 0.5), (3.0, 0.05)):
+        s = rng.normal(size=150) * spread
+        y = rng.integers(0, 3, size=150).astype(float)
+        obj = SoftNDCG(sigma=sigma, k=k, normalize=False)
+        grad, _ = obj.grad_hess(s, y, [0, 150])
+        eps = 1e-6
+        for i in rng.choice(150, size=12, replace=False):
+            e = np.zeros(150)
+            e[i] = eps
+            fd = -(obj.value(s + e, y, [0, 150])[0] - obj.value(s - e, y, [0, 150])[0]) / (2 * eps)
+            assert grad[i] == pytest.approx(fd, rel=1e-5, abs=1e-9)
