@@ -17,8 +17,14 @@ k-fold evaluation, the same protocol and the same tuning budget for every method
   folds, of the per-query values averaged over the seeds.
 
 Outputs (``--out``, default ``benchmarks/results``): ``quality_<data>.md`` (command, versions,
-the main table, a paired test of every method against LightGBM lambdarank, the cross-metric
-matrix of Yilmaz & Robertson 2009) and ``quality_<data>.json`` (per-run details).
+the main table, paired tests of every method against LightGBM lambdarank and against
+``lgb:approx_ndcg``, the cross-metric matrix of Yilmaz & Robertson 2009) and
+``quality_<data>.json`` (per-run details).
+
+The default methods include the rivals of the papers: ``lgb:soft_ndcg`` (SoftRank),
+``ada:ndcg`` / ``ada:map`` (AdaRank) and ``rb:rankboost`` (RankBoost); AdaRank and RankBoost
+have their own 4-point grids (``benchmarks/_common.py``) and, being deterministic, are trained
+once per fold (that run stands for every seed).
 
 Examples::
 
