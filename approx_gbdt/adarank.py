@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from approx_gbdt._linear_boosting import (
     EarlyStopping,
@@ -39,7 +40,7 @@ _MEASURES = ("ndcg", "map")
 _MIN_ERROR = 1e-10
 
 
-class AdaRank:
+class AdaRank(BaseEstimator):
     r"""AdaRank-NDCG / AdaRank-MAP of Xu & Li (2007), single features as weak rankers.
 
     Parameters
@@ -129,10 +130,6 @@ class AdaRank:
         self.ties = ties
         self.eval_at = eval_at
         self.early_stopping_rounds = early_stopping_rounds
-
-    def __repr__(self):
-        return (f"AdaRank(measure={self.measure!r}, k={self.k!r}, n_estimators="
-                f"{self.n_estimators}, max_consecutive={self.max_consecutive!r})")
 
     def _measure(self, scores, y, ptr):
         if self.measure == "ndcg":

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 from numba import njit, prange
+from sklearn.base import BaseEstimator
 
 from approx_gbdt._linear_boosting import (
     EarlyStopping,
@@ -159,7 +160,7 @@ def _label_order(y, group_ptr):
     return np.lexsort((y, qid)).astype(np.int64)
 
 
-class RankBoost:
+class RankBoost(BaseEstimator):
     r"""RankBoost with threshold weak rankers :math:`h(x) = 1[x_k > \theta]` (LETOR's form).
 
     Parameters
@@ -215,10 +216,6 @@ class RankBoost:
         self.learning_rate = learning_rate
         self.eval_at = eval_at
         self.early_stopping_rounds = early_stopping_rounds
-
-    def __repr__(self):
-        return (f"RankBoost(n_estimators={self.n_estimators}, n_thresholds="
-                f"{self.n_thresholds!r}, learning_rate={self.learning_rate:g})")
 
     def _candidates(self, X):
         """Per feature, the descending sort order and the boundaries to try.

@@ -127,3 +127,13 @@ def test_bad_input():
         AdaRank().predict(X)
     with pytest.raises(ValueError, match="shape"):
         AdaRank(n_estimators=1).fit(X, Y, group=SIZES).predict(X[:, :1])
+
+
+def test_scikit_learn_parameters_and_clone():
+    from sklearn.base import clone
+
+    model = AdaRank(measure="map", max_consecutive=2)
+    assert clone(model).get_params()["measure"] == "map"
+    assert repr(model) == "AdaRank(max_consecutive=2, measure='map')"
+    fitted = clone(model).set_params(n_estimators=2).fit(X, Y, group=SIZES)
+    assert fitted.alphas_.shape == (2,)

@@ -117,3 +117,11 @@ def test_bad_input():
         RankBoost(learning_rate=0).fit(X, Y, group=SIZES)
     with pytest.raises(RuntimeError, match="not fitted"):
         RankBoost().predict(X)
+
+
+def test_scikit_learn_parameters_and_clone():
+    from sklearn.base import clone
+
+    model = RankBoost(n_thresholds=4, learning_rate=0.5)
+    assert clone(model).get_params()["n_thresholds"] == 4
+    assert repr(model) == "RankBoost(learning_rate=0.5, n_thresholds=4)"
