@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from approx_gbdt._linear_boosting import (
     EarlyStopping,
@@ -223,7 +224,7 @@ class AdaRank(BaseEstimator):
     def predict(self, X, *, n_rounds=None):
         """Scores ``X @ coef_`` of the first ``n_rounds`` rounds (default ``best_iteration_``)."""
         if not hasattr(self, "coef_"):
-            raise RuntimeError("AdaRank is not fitted: call fit first")
+            raise NotFittedError("AdaRank is not fitted: call fit first")
         X = check_features(X, self.n_features_in_)
         coef = self.coef_ if n_rounds is None else self._coef(n_rounds)
         return X @ coef

@@ -33,6 +33,7 @@ import math
 import numpy as np
 from numba import njit, prange
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from approx_gbdt._linear_boosting import (
     EarlyStopping,
@@ -312,7 +313,7 @@ class RankBoost(BaseEstimator):
         r"""Scores :math:`\sum_t \alpha_t 1[x_{k_t} > \theta_t]` of the first ``n_rounds`` rounds
         (default ``best_iteration_``)."""
         if not hasattr(self, "alphas_"):
-            raise RuntimeError("RankBoost is not fitted: call fit first")
+            raise NotFittedError("RankBoost is not fitted: call fit first")
         X = check_features(X, self.n_features_in_)
         n = self.best_iteration_ if n_rounds is None else n_rounds
         out = np.zeros(X.shape[0])

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 
 import approx_gbdt
 from approx_gbdt import AdaRank
@@ -123,7 +124,7 @@ def test_bad_input():
         AdaRank().fit(X, Y, group=[2, 2])
     with pytest.raises(ValueError, match="no training query"):
         AdaRank().fit(X, np.zeros_like(Y), group=SIZES)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         AdaRank().predict(X)
     with pytest.raises(ValueError, match="shape"):
         AdaRank(n_estimators=1).fit(X, Y, group=SIZES).predict(X[:, :1])

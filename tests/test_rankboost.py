@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 
 import approx_gbdt
 from approx_gbdt import RankBoost
@@ -115,7 +116,7 @@ def test_bad_input():
         RankBoost().fit(np.ones((6, 2)), Y, group=SIZES)
     with pytest.raises(ValueError, match="learning_rate"):
         RankBoost(learning_rate=0).fit(X, Y, group=SIZES)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         RankBoost().predict(X)
 
 
