@@ -1,5 +1,6 @@
 """approx_gbdt: ApproxNDCG and ApproxAP as custom objectives for LightGBM and XGBoost."""
 
+from approx_gbdt.adarank import AdaRank
 from approx_gbdt.datasets import (
     LetorFold,
     RankingData,
@@ -26,6 +27,8 @@ from approx_gbdt.objectives import (
     gumbel_perturbed,
     smoothed_positions,
 )
+from approx_gbdt.rankboost import RankBoost
+from approx_gbdt.softrank import SoftNDCG
 from approx_gbdt.utils import (
     check_group_ptr,
     group_ptr_from_qid,
@@ -48,11 +51,14 @@ def __getattr__(name):
     raise AttributeError(f"module 'approx_gbdt' has no attribute {name!r}")
 
 __all__ = [
+    "AdaRank",
     "ApproxAP",
     "ApproxNDCG",
     "ApproxXGBRanker",
     "LetorFold",
+    "RankBoost",
     "RankingData",
+    "SoftNDCG",
     "approx_ap_obj",
     "approx_ndcg_obj",
     "average_precision",

@@ -32,6 +32,11 @@ Methods
   (CatBoost's own ranking losses on its depth-6 oblivious trees; needs ``catboost``, the
   ``bench`` extra). CatBoost cannot host the approx objectives: its Python custom
   objectives receive no query ids.
+- ``lgb:soft_ndcg``, ``xgb:soft_ndcg`` (:class:`approx_gbdt.SoftNDCG`, options as for the
+  approx objectives);
+- ``ada:ndcg``, ``ada:map`` (:class:`approx_gbdt.AdaRank`, AdaRank-NDCG / AdaRank-MAP) and
+  ``rb:rankboost`` (:class:`approx_gbdt.RankBoost`): the classic rivals, linear in the features,
+  their own 4-point grids (``ADA_GRIDS``, ``RB_GRIDS``); options are constructor arguments.
 
 Options that are constructor arguments of the objective (``alpha``, ``beta``, ``k``,
 ``hessian``, ``hessian_floor``, ``normalize``, ...) build a new :class:`ApproxNDCG` /
@@ -217,13 +222,15 @@ def describe_folds(folds) -> str:
 # Methods
 # ---------------------------------------------------------------------------------------------
 
-LIBRARIES = ("lgb", "xgb", "nn", "cb")
+LIBRARIES = ("lgb", "xgb", "nn", "cb", "ada", "rb")
 NATIVE = {
     "lgb": ("lambdarank", "rank_xendcg"),
     "xgb": ("rank:ndcg", "rank:map", "rank:pairwise"),
     "cb": ("YetiRank", "YetiRankPairwise", "LambdaMart", "QuerySoftMax"),
 }
-APPROX = ("approx_ndcg", "approx_ap")
+APPROX = ("approx_ndcg", "approx_ap", "soft_ndcg")
+# The classic boosted rankers (approx_gbdt.AdaRank / RankBoost): library -> objectives.
+BOOSTED = {"ada": ("ndcg", "map"), "rb": ("rankboost",)}
 NN_LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
 NN_HIDDEN = (64, 32, 16)  # Bruch et al. (2019)'s B64
 
@@ -260,7 +267,10 @@ def parse_method(text: str) -> Method:
     lib, obj, opts = m.group(1), m.group(2), m.group(3)
     if lib not in LIBRARIES:
         raise ValueError(f"method {text!r}: library must be one of {LIBRARIES}")
-    known = {"nn": NN_LOSSES, "cb": NATIVE["cb"]}.get(lib) or APPROX + NATIVE[lib]
+    if lib in BOOSTED:
+        known = BOOSTED[lib]
+    else:
+        known = {"nn": NN_LOSSES, "cb": NATIVE["cb"]}.get(lib) or APPROX + NATIVE[lib]
     if obj not in known:
         raise ValueError(f"method {text!r}: objective for {lib} must be one of {known}")
     options = []
@@ -299,9 +309,16 @@ def split_methods(items) -> list[str]:
     return out
 
 
+_SOFT_NDCG = []  # one default SoftNDCG instance, made on first use
+
+
 def _default_objective(name):
     import approx_gbdt
 
+    if name == "soft_ndcg":
+        if not _SOFT_NDCG:
+            _SOFT_NDCG.append(approx_gbdt.SoftNDCG())
+        return _SOFT_NDCG[0]
     return {"approx_ndcg": approx_gbdt.approx_ndcg_obj, "approx_ap": approx_gbdt.approx_ap_obj}[
         name
     ]
@@ -333,7 +350,7 @@ def make_objective(name: str, options: dict, seed: int | None = None):
 def split_options(method: Method) -> tuple[dict, dict]:
     """(objective options, other options) of a method."""
     opts = method.opts
-    if method.library == "nn" or method.objective not in APPROX:
+    if method.library in ("nn", *BOOSTED) or method.objective not in APPROX:
         return {}, opts
     names = set(_objective_params(method.objective))
     return ({k: v for k, v in opts.items() if k in names},
@@ -343,6 +360,10 @@ def split_options(method: Method) -> tuple[dict, dict]:
 def objective_repr(method: Method) -> str:
     """What the method trains on, spelled out (with the objective's settings at run time)."""
     obj_opts, other = split_options(method)
+    if method.library in BOOSTED:
+        text = ("AdaRank(measure=" + repr(method.objective) + ")" if method.library == "ada"
+                else "RankBoost()") + " (linear, deterministic: trained once per fold)"
+        return text + (" + " + ", ".join(f"{k}={v!r}" for k, v in other.items()) if other else "")
     if method.library != "nn" and method.objective in APPROX:
         text = repr(make_objective(method.objective, obj_opts))
     elif method.library == "nn":
@@ -414,11 +435,39 @@ NN_GRIDS = {
 }
 
 
+# AdaRank: cut-off of the training measure (whole list or @10) x RankLib's rule that a feature
+# is not chosen twice in a row (None: the paper's algorithm, any feature every round).
+ADA_GRIDS = {
+    "small": [
+        {"k": None, "max_consecutive": None},
+        {"k": None, "max_consecutive": 1},
+        {"k": 10, "max_consecutive": None},
+        {"k": 10, "max_consecutive": 1},
+    ],
+    "none": [{"k": None, "max_consecutive": None}],
+}
+# RankBoost: every threshold or 10 candidates per feature (RankLib's default count) x
+# shrinkage of the weights (1: the paper's algorithm).
+RB_GRIDS = {
+    "small": [
+        {"n_thresholds": None, "learning_rate": 1.0},
+        {"n_thresholds": 10, "learning_rate": 1.0},
+        {"n_thresholds": None, "learning_rate": 0.5},
+        {"n_thresholds": 10, "learning_rate": 0.5},
+    ],
+    "none": [{"n_thresholds": None, "learning_rate": 1.0}],
+}
+
+
 def grid_for(method: Method, grid: str) -> list[dict]:
+    if method.library in BOOSTED:
+        return (ADA_GRIDS if method.library == "ada" else RB_GRIDS)[grid]
     return {"nn": NN_GRIDS, "cb": CB_GRIDS}.get(method.library, GRIDS)[grid]
 
 
 def config_label(method: Method, config: dict) -> str:
+    if method.library in BOOSTED:
+        return ",".join(f"{k}={v}" for k, v in config.items())
     if method.library == "nn":
         return f"lr={config['lr']:g},bq={config['batch_queries']}"
     if method.library == "cb":
@@ -484,6 +533,8 @@ def fit_predict(method: Method, fold: Fold, seed: int, config: dict, budget: Bud
         return _fit_xgb(method, fold, seed, config, budget, {} if cache is None else cache)
     if method.library == "cb":
         return _fit_cb(method, fold, seed, config, budget)
+    if method.library in BOOSTED:
+        return _fit_boosted(method, fold, config, budget)
     return _fit_nn(method, fold, seed, config, budget)
 
 
@@ -665,6 +716,32 @@ def _fit_nn(method, fold, seed, config, budget):
     model = NeuralRanker(**params).fit(
         tr.X, tr.y, _sizes(tr), eval_set=(va.X, va.y, _sizes(va))
     )
+    seconds = time.perf_counter() - t0
+    return model.predict(fold.test.X), float(model.best_score_), int(model.best_iteration_), \
+        seconds
+
+
+def _boosted_model(method, config, budget):
+    """AdaRank / RankBoost with the grid point ``config``, then the method's own options."""
+    from approx_gbdt import AdaRank, RankBoost
+
+    params = dict(config or {})
+    if budget is not None:
+        params.update(n_estimators=budget.rounds, early_stopping_rounds=budget.patience,
+                      eval_at=10)
+    if method.library == "ada":
+        params["measure"] = method.objective
+    params.update(method.opts)
+    return (AdaRank if method.library == "ada" else RankBoost)(**params)
+
+
+def _fit_boosted(method, fold, config, budget):
+    """AdaRank / RankBoost (deterministic: the seed plays no part), rounds chosen on the
+    validation NDCG@10 as for the boosters."""
+    model = _boosted_model(method, config, budget)
+    tr, va = fold.train, fold.vali
+    t0 = time.perf_counter()
+    model.fit(tr.X, tr.y, _sizes(tr), eval_set=(va.X, va.y, _sizes(va)))
     seconds = time.perf_counter() - t0
     return model.predict(fold.test.X), float(model.best_score_), int(model.best_iteration_), \
         seconds

@@ -17,8 +17,14 @@ k-fold evaluation, the same protocol and the same tuning budget for every method
   folds, of the per-query values averaged over the seeds.
 
 Outputs (``--out``, default ``benchmarks/results``): ``quality_<data>.md`` (command, versions,
-the main table, a paired test of every method against LightGBM lambdarank, the cross-metric
-matrix of Yilmaz & Robertson 2009) and ``quality_<data>.json`` (per-run details).
+the main table, paired tests of every method against LightGBM lambdarank and against
+``lgb:approx_ndcg``, the cross-metric matrix of Yilmaz & Robertson 2009) and
+``quality_<data>.json`` (per-run details).
+
+The default methods include the rivals of the papers: ``lgb:soft_ndcg`` (SoftRank),
+``ada:ndcg`` / ``ada:map`` (AdaRank) and ``rb:rankboost`` (RankBoost); AdaRank and RankBoost
+have their own 4-point grids (``benchmarks/_common.py``) and, being deterministic, are trained
+once per fold (that run stands for every seed).
 
 Examples::
 
@@ -73,10 +79,20 @@ DEFAULT_METHODS = [
     # round 1); beta=1 trains.
     "lgb:approx_ndcg(k=10)",
     "lgb:approx_ndcg(k=1,beta=1)",
+    # The rivals of Qin, Liu & Li (2010) and Xu et al. (2008): SoftRank's expected NDCG as a
+    # LightGBM objective, AdaRank-NDCG, AdaRank-MAP and RankBoost (linear, single features).
+    "lgb:soft_ndcg",
+    "ada:ndcg",
+    "ada:map",
+    "rb:rankboost",
 ]
 NEURAL_METHODS = ["nn:approx_ndcg"]
 CATBOOST_METHODS = ["cb:YetiRank", "cb:YetiRankPairwise", "cb:LambdaMart", "cb:QuerySoftMax"]
 REFERENCE = "lgb:lambdarank"
+# Every method is also tested, paired, against these.
+REFERENCES = (REFERENCE, "lgb:approx_ndcg")
+# Libraries whose training does not depend on the seed: one run per fold stands for every seed.
+DETERMINISTIC = ("ada", "rb")
 MAIN_MEASURES = ("NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "P@10", "MRR")
 PAIRED_MEASURES = ("NDCG@10", "MAP")
 
@@ -199,7 +215,9 @@ def paired(a, b):
 
 def target_measure(m: C.Method) -> str | None:
     """The test measure (column of the cross-metric matrix) a method's objective targets."""
-    if m.objective in ("approx_ndcg",):
+    if m.library == "ada":
+        return "MAP" if m.objective == "map" else "NDCG"
+    if m.objective in ("approx_ndcg", "soft_ndcg"):
         k = m.opts.get("k")
         return "NDCG" if k is None else f"NDCG@{k}"
     if m.objective in ("approx_ap", "rank:map"):
@@ -212,6 +230,26 @@ def target_measure(m: C.Method) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
+
+
+def rivals_protocol(methods, grid) -> str:
+    """The protocol sentence of the AdaRank / RankBoost rows (empty without them)."""
+    libs = {m.library for m in methods} & set(DETERMINISTIC)
+    if not libs:
+        return ""
+    parts = []
+    if "ada" in libs:
+        parts.append("AdaRank: " + "; ".join(C.config_label(C.parse_method("ada:ndcg"), g)
+                                             for g in C.ADA_GRIDS[grid]))
+    if "rb" in libs:
+        parts.append("RankBoost: " + "; ".join(C.config_label(C.parse_method("rb:rankboost"), g)
+                                               for g in C.RB_GRIDS[grid]))
+    return (
+        "AdaRank and RankBoost (linear in the features) boost up to the same maximum number of "
+        "rounds with the same patience on the validation NDCG@10, over their own grids of the "
+        "same size (" + "; ".join(parts) + "); they do not depend on the seed, so each is "
+        "trained once per fold and that run stands for every seed. "
+    )
 
 
 def fmt(x, nd=4):
@@ -250,7 +288,8 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         f"{C.COLSAMPLE}); "
         "neural: " + "; ".join(f"lr={g['lr']:g}, batch of {g['batch_queries']} queries"
                                for g in C.NN_GRIDS[args.grid])
-        + ". XGBoost rank:map is trained on binarised labels (label >= 1; XGBoost 3 refuses "
+        + ". " + rivals_protocol(methods, args.grid)
+        + "XGBoost rank:map is trained on binarised labels (label >= 1; XGBoost 3 refuses "
         "graded labels for it); every test measure uses the original labels.",
         "",
         "Measures: equal scores ranked worst case; relevance label >= 1 for MAP, P@10 and MRR; "
@@ -315,25 +354,29 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "l" + "r" * (len(MAIN_MEASURES) + 2) + "l",
     )
 
-    # -- paired test --------------------------------------------------------------------------
+    # -- paired tests ---------------------------------------------------------------------------
     names = [m.name for m in methods]
-    if REFERENCE in names:
-        ref = values[REFERENCE]
+    for reference in REFERENCES:
+        if reference not in names:
+            continue
+        ref = values[reference]
+        # the summary keeps "paired_<measure>" for REFERENCE, "paired_<measure>_vs_<ref>" else
+        suffix = "" if reference == REFERENCE else f"_vs_{reference}"
         rows = []
         for m in methods:
-            if m.name == REFERENCE:
+            if m.name == reference:
                 continue
             row = [f"`{m.name}`"]
             for meas in PAIRED_MEASURES:
                 mean, half, p_t, p_w, n = paired(values[m.name][meas], ref[meas])
-                summary[m.name][f"paired_{meas}"] = {
+                summary[m.name][f"paired_{meas}{suffix}"] = {
                     "diff": mean, "ci95": half, "p_ttest": p_t, "p_wilcoxon": p_w, "n": n
                 }
                 row += [f"{mean:+.4f} ± {fmt(half, 4)}", pfmt(p_t), pfmt(p_w)]
             rows.append(row + [str(n)])
         lines += [
             "",
-            f"## Paired test against `{REFERENCE}`",
+            f"## Paired test against `{reference}`",
             "",
             "Difference (method − reference) of the seed-averaged per-query test value, paired "
             "over (fold, query), queries with a relevant document only: mean ± half-width of "
@@ -446,10 +489,12 @@ def main(argv=None):
     tasks = [
         {"data": args.data, "n_folds": args.folds, "fold": f, "method": m.name, "seed": s,
          "grid": args.grid, "budget": budget}
-        for m in methods for f in range(len(folds)) for s in range(args.seeds)
+        for m in methods for f in range(len(folds))
+        for s in range(1 if m.library in DETERMINISTIC else args.seeds)
     ]
     # Longest first (neural, then XGBoost) for a better balance across the workers.
-    tasks.sort(key=lambda t: {"nn": 0, "cb": 1, "xgb": 2, "lgb": 3}[t["method"].split(":")[0]])
+    order = {"nn": 0, "cb": 1, "xgb": 2, "lgb": 3}
+    tasks.sort(key=lambda t: order.get(t["method"].split(":")[0], 4))
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -479,6 +524,9 @@ def main(argv=None):
                 bar.update()
     bar.close()
     elapsed = time.perf_counter() - t0
+    # a deterministic method's seed-0 run stands for every seed (identical models)
+    results += [dict(r, seed=s) for r in list(results)
+                if r["method"].split(":")[0] in DETERMINISTIC for s in range(1, args.seeds)]
     done = Counter(r["method"] for r in results)
     incomplete = [m for m in methods if done[m.name] < len(folds) * args.seeds]
     if incomplete:

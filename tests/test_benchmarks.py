@@ -40,6 +40,21 @@ def test_parse_method_names_and_options():
         C.parse_method("cb:approx_ndcg")
 
 
+def test_rival_methods_parse_and_have_four_point_grids():
+    C = _load_common()
+    for name, lib in (("ada:ndcg", "ada"), ("ada:map", "ada"), ("rb:rankboost", "rb"),
+                      ("lgb:soft_ndcg(sigma=0.3)", "lgb")):
+        m = C.parse_method(name)
+        assert m.library == lib
+        assert len(C.grid_for(m, "small")) == 4
+    obj = C.make_objective("soft_ndcg", {"sigma": 0.3})
+    assert obj.sigma == 0.3
+    with pytest.raises(ValueError):
+        C.parse_method("ada:mrr")
+    with pytest.raises(ValueError):
+        C.parse_method("rb:ndcg")
+
+
 def test_objective_options_follow_the_package_defaults():
     import approx_gbdt
 
@@ -70,7 +85,9 @@ def test_quality_quick_run_writes_tables(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (tmp_path / "quality_generated.md").read_text()
     for part in ("## Test measures", "## Paired test against", "## Cross-metric matrix",
-                 "`lgb:approx_ndcg`", "`xgb:approx_ap`", "`lgb:lambdarank`", "NDCG@10"):
+                 "`lgb:approx_ndcg`", "`xgb:approx_ap`", "`lgb:lambdarank`", "NDCG@10",
+                 "## Paired test against `lgb:approx_ndcg`", "`lgb:soft_ndcg`", "`ada:ndcg`",
+                 "`ada:map`", "`rb:rankboost`"):
         assert part in text
     assert (tmp_path / "quality_generated.json").is_file()
 
