@@ -5,6 +5,9 @@ Used by ``benchmarks/quality.py`` and ``benchmarks/approximation.py``; not part 
 Data sets (``--data``)
 ----------------------
 ``mq2008``       ``../shared/data/MQ2008`` next to the repository root (LETOR 4.0, 5 folds).
+``mq2008-small``  ``mq2008`` with each fold's training split cut to 60 queries and its
+                 validation split to 20 (fixed random draws, seed = fold index), test split
+                 whole: LETOR 3.0-sized training data (the neural baseline's small-data check).
 ``generated``    :func:`approx_gbdt.make_ranking` (300 queries, seed 0) cut into 5 blocks of 60
                  queries, rotated as LETOR does: fold i trains on blocks i, i+1, i+2, validates
                  on i+3 and tests on i+4 (mod 5), so every query is tested exactly once.
@@ -63,12 +66,14 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 NAMED_DATA = {
     "mq2008": "MQ2008",
+    "mq2008-small": "MQ2008",
     "lgb-yahoo": "LightGBM-lambdarank",
     "mslr-sample": "MSLR-rankeval-sample",
 }
 GENERATED_QUERIES = 300
 GENERATED_BLOCKS = 5
 VALID_FRACTION = 0.2
+SMALL_QUERIES = (60, 20)  # mq2008-small: training and validation queries per fold
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,12 @@ def _take_queries(data, queries):
     rows = np.concatenate([np.arange(ptr[q], ptr[q + 1]) for q in queries])
     sizes = np.diff(ptr)[queries]
     return RankingData(data.X[rows], data.y[rows], np.concatenate([[0], np.cumsum(sizes)]))
+
+
+def _subsample_queries(data, n, seed):
+    """``n`` queries of ``data`` drawn at random (in their original order)."""
+    rng = np.random.default_rng(seed)
+    return _take_queries(data, np.sort(rng.choice(data.n_queries, size=n, replace=False)))
 
 
 def _drop_last_query(data):
@@ -161,6 +172,13 @@ def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
         folds = _generated_folds()
     elif data == "mq2008":
         folds = [Fold(f.name, f.train, f.vali, f.test) for f in load_letor_folds(_shared(data))]
+    elif data == "mq2008-small":
+        n_train, n_vali = SMALL_QUERIES
+        folds = [
+            Fold(f.name, _subsample_queries(f.train, n_train, i),
+                 _subsample_queries(f.vali, n_vali, i), f.test)
+            for i, f in enumerate(load_letor_folds(_shared(data)))
+        ]
     elif data == "lgb-yahoo":
         p = _shared(data)
         folds = _train_test_folder(p / "rank.train.gz", p / "rank.test.gz")
