@@ -11,11 +11,12 @@ Two layers:
   NaN values or gradients. :func:`approx_ndcg` and :func:`approx_ap` return the per-query
   smoothed *measure* ``M_q`` (higher is better), with exactly the definitions of
   :mod:`approx_gbdt.objectives`; :func:`ranknet_loss`, :func:`listnet_loss` and
-  :func:`listmle_loss` return per-query *losses* (lower is better).
+  :func:`listmle_loss` return per-query *losses* (lower is better); :func:`gumbel_perturb`
+  gives the Gumbel-perturbed lists of Bruch et al.'s (2020) stochastic treatment.
 * :class:`NeuralRanker`, a scikit-learn style feed-forward ranker in the setting of Bruch et al.
-  (2019): batch normalisation on the input and after each hidden layer, ReLU, Adam, batches of
-  128 queries, learning rate 0.005, early stopping on validation NDCG. ``hidden=()`` gives a
-  linear scoring function (Qin et al. 2010).
+  (2019): batch normalisation on the input and after each hidden layer, ReLU, Adam, learning
+  rate 0.005, batches of up to 128 queries, a budget of optimiser steps, early stopping on
+  validation NDCG. ``hidden=()`` gives a linear scoring function (Qin et al. 2010).
 
 Definitions (``sig(x) = 1 / (1 + exp(-x))``, sums over the real documents of one query)::
 

@@ -392,15 +392,16 @@ GRIDS = {
     ],
     "none": [{"l2": 1.0, "min_hess": 1e-3}],
 }
-# NeuralRanker: the same number of configurations, over its own knobs.
+# NeuralRanker: the same number of configurations, over its own knobs (batch_queries None:
+# NeuralRanker's default, min(128, ceil(training queries / 8))).
 NN_GRIDS = {
     "small": [
-        {"lr": 0.005, "batch_queries": 128},
-        {"lr": 0.002, "batch_queries": 128},
+        {"lr": 0.005, "batch_queries": None},
+        {"lr": 0.002, "batch_queries": None},
         {"lr": 0.005, "batch_queries": 32},
         {"lr": 0.002, "batch_queries": 32},
     ],
-    "none": [{"lr": 0.005, "batch_queries": 128}],
+    "none": [{"lr": 0.005, "batch_queries": None}],
 }
 
 
@@ -410,7 +411,7 @@ def grid_for(method: Method, grid: str) -> list[dict]:
 
 def config_label(method: Method, config: dict) -> str:
     if method.library == "nn":
-        return f"lr={config['lr']:g},bq={config['batch_queries']}"
+        return f"lr={config['lr']:g},bq={config['batch_queries'] or 'auto'}"
     return f"l2={config['l2']:g},mh={config['min_hess']:g}"
 
 
@@ -446,8 +447,8 @@ def per_query_measures(scores, data) -> dict[str, np.ndarray]:
 class Budget:
     rounds: int = 2000
     patience: int = 50
-    nn_epochs: int = 100
-    nn_patience: int = 10
+    nn_epochs: int | None = None  # None: NeuralRanker's step budget
+    nn_patience: int | None = None  # None: NeuralRanker's patience in steps
     threads: int = 1
 
 
@@ -464,7 +465,7 @@ def fit_predict(method: Method, fold: Fold, seed: int, config: dict, budget: Bud
     """Train on ``fold.train`` with early stopping on ``fold.vali``; predict ``fold.test``.
 
     Returns ``(test_scores, valid_score, n_iterations, seconds)``; ``n_iterations`` is the
-    number of boosting rounds (epochs for the neural baseline) of the kept model.
+    number of boosting rounds (optimiser steps for the neural baseline) of the kept model.
     """
     if method.library == "lgb":
         return _fit_lgb(method, fold, seed, config, budget)
@@ -590,12 +591,14 @@ def _fit_nn(method, fold, seed, config, budget):
         "hidden": NN_HIDDEN,
         "lr": config["lr"],
         "batch_queries": config["batch_queries"],
-        "max_epochs": budget.nn_epochs,
-        "patience": budget.nn_patience,
         "seed": seed,
         "device": "cpu",
         "eval_at": 10,
     }
+    if budget.nn_epochs is not None:
+        params["max_epochs"] = budget.nn_epochs
+    if budget.nn_patience is not None:
+        params["patience"] = budget.nn_patience
     params.update(method.opts)
     tr, va = fold.train, fold.vali
     t0 = time.perf_counter()
@@ -603,8 +606,7 @@ def _fit_nn(method, fold, seed, config, budget):
         tr.X, tr.y, _sizes(tr), eval_set=(va.X, va.y, _sizes(va))
     )
     seconds = time.perf_counter() - t0
-    return model.predict(fold.test.X), float(model.best_score_), int(model.best_iteration_), \
-        seconds
+    return model.predict(fold.test.X), float(model.best_score_), int(model.best_step_), seconds
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ Examples::
 
     python benchmarks/quality.py                                # MQ2008, 5 folds, 3 seeds
     python benchmarks/quality.py --data generated
+    python benchmarks/quality.py --data mq2008-small --grid none --neural   # 60 training queries
     python benchmarks/quality.py --data lgb-yahoo --seeds 5
     python benchmarks/quality.py --data ../shared/data/MQ2008 --folds 1 --grid none
     python benchmarks/quality.py --methods default "lgb:approx_ndcg(hessian=bound)"
@@ -73,7 +74,7 @@ DEFAULT_METHODS = [
     "lgb:approx_ndcg(k=10)",
     "lgb:approx_ndcg(k=1,beta=1)",
 ]
-NEURAL_METHODS = ["nn:approx_ndcg"]
+NEURAL_METHODS = ["nn:approx_ndcg", "nn:approx_ndcg(gumbel_samples=8)"]
 REFERENCE = "lgb:lambdarank"
 MAIN_MEASURES = ("NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "P@10", "MRR")
 PAIRED_MEASURES = ("NDCG@10", "MAP")
@@ -86,7 +87,8 @@ def parse_args(argv):
         epilog=__doc__.split("Examples::")[1],
     )
     p.add_argument("--data", default="mq2008",
-                   help="mq2008 (default), generated, lgb-yahoo, mslr-sample or a LETOR folder")
+                   help="mq2008 (default), mq2008-small, generated, lgb-yahoo, mslr-sample or a "
+                        "LETOR folder")
     p.add_argument("--folds", type=int, default=None, help="use only the first N folds")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     p.add_argument("--grid", choices=sorted(C.GRIDS), default="small",
@@ -96,8 +98,10 @@ def parse_args(argv):
                         "default list; e.g. default 'lgb:approx_ndcg(alpha=20,hessian=bound)'")
     p.add_argument("--rounds", type=int, default=2000, help="maximum boosting rounds")
     p.add_argument("--patience", type=int, default=50, help="early-stopping patience (rounds)")
-    p.add_argument("--nn-epochs", type=int, default=100, help="neural baseline: max epochs")
-    p.add_argument("--nn-patience", type=int, default=10, help="neural baseline: patience")
+    p.add_argument("--nn-epochs", type=int, default=None,
+                   help="neural baseline: epoch budget (default: NeuralRanker's step budget)")
+    p.add_argument("--nn-patience", type=int, default=None,
+                   help="neural baseline: patience in epochs (default: NeuralRanker's, in steps)")
     nn = p.add_mutually_exclusive_group()
     nn.add_argument("--neural", dest="neural", action="store_true", default=None,
                     help="include the neural baseline even on large data")
@@ -215,6 +219,20 @@ def pfmt(p):
     return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
 
 
+def nn_schedule(args) -> str:
+    """The neural baseline's training schedule, in words."""
+    try:
+        from approx_gbdt.neural import DEFAULT_MAX_STEPS, DEFAULT_PATIENCE_STEPS
+    except ImportError:  # no torch: no neural rows
+        return "not run"
+
+    budget = (f"at most {args.nn_epochs} epochs" if args.nn_epochs is not None
+              else f"at most {DEFAULT_MAX_STEPS} optimiser steps")
+    patience = (f"patience {args.nn_patience} epochs" if args.nn_patience is not None
+                else f"patience {DEFAULT_PATIENCE_STEPS} steps")
+    return f"{budget}, {patience}; batch 'auto' = min(128, ceil(training queries / 8))"
+
+
 def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str, dict]:
     data = C.dataset_label(args.data)
     n_folds = len(folds)
@@ -225,7 +243,7 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "",
         f"Protocol: {n_folds} fold(s) x {args.seeds} seed(s); per fold, train on train, early "
         f"stopping on the validation NDCG@10 (patience {args.patience}, at most {args.rounds} "
-        f"rounds; neural: {args.nn_patience} of at most {args.nn_epochs} epochs), learning rate "
+        f"rounds; neural: {nn_schedule(args)}), learning rate "
         f"{C.LEARNING_RATE}, LightGBM {C.NUM_LEAVES} leaves, XGBoost max_depth {C.MAX_DEPTH}, "
         f"row bagging {C.SUBSAMPLE} per round and {C.COLSAMPLE} of the features per tree (the "
         "seed is the learner's seed). Tuning grid "
@@ -234,7 +252,7 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         + "; ".join(f"L2={g['l2']:g}, min child Hessian={g['min_hess']:g}"
                     for g in C.GRIDS[args.grid])
         + " (LightGBM lambda_l2 / min_sum_hessian_in_leaf, XGBoost lambda / min_child_weight); "
-        "neural: " + "; ".join(f"lr={g['lr']:g}, batch of {g['batch_queries']} queries"
+        "neural: " + "; ".join(f"lr={g['lr']:g}, batch of {g['batch_queries'] or 'auto'} queries"
                                for g in C.NN_GRIDS[args.grid])
         + ". XGBoost rank:map is trained on binarised labels (label >= 1; XGBoost 3 refuses "
         "graded labels for it); every test measure uses the original labels.",
@@ -291,9 +309,9 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "",
         f"Mean ± half-width of the 95 % t interval over the {n_q} test queries with a relevant "
         f"document (pooled over {n_folds} fold(s)) of the per-query value averaged over "
-        f"{args.seeds} seed(s); best mean in bold. Rounds: boosting rounds (epochs for `nn:`) "
-        "of the kept model, mean over folds and seeds; seconds: training time of the kept "
-        "model (one process, one thread); config: the most often chosen grid point.",
+        f"{args.seeds} seed(s); best mean in bold. Rounds: boosting rounds (optimiser steps "
+        "for `nn:`) of the kept model, mean over folds and seeds; seconds: training time of "
+        "the kept model (one process, one thread); config: the most often chosen grid point.",
         "",
     ]
     lines += C.md_table(
