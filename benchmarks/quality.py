@@ -96,6 +96,8 @@ def parse_args(argv):
     p.add_argument("--methods", nargs="+", default=["default"],
                    help="method names (see benchmarks/_common.py); 'default' expands to the "
                         "default list; e.g. default 'lgb:approx_ndcg(alpha=20,hessian=bound)'")
+    p.add_argument("--also-paired", nargs="*", default=[], metavar="METHOD",
+                   help=f"further references for the paired test (besides {REFERENCE})")
     p.add_argument("--rounds", type=int, default=2000, help="maximum boosting rounds")
     p.add_argument("--patience", type=int, default=50, help="early-stopping patience (rounds)")
     p.add_argument("--nn-epochs", type=int, default=None,
@@ -319,25 +321,28 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "l" + "r" * (len(MAIN_MEASURES) + 2) + "l",
     )
 
-    # -- paired test --------------------------------------------------------------------------
+    # -- paired tests -------------------------------------------------------------------------
     names = [m.name for m in methods]
-    if REFERENCE in names:
-        ref = values[REFERENCE]
+    for reference in dict.fromkeys([REFERENCE, *args.also_paired]):
+        if reference not in names:
+            continue
+        ref = values[reference]
+        key = "" if reference == REFERENCE else f"_vs_{reference}"
         rows = []
         for m in methods:
-            if m.name == REFERENCE:
+            if m.name == reference:
                 continue
             row = [f"`{m.name}`"]
             for meas in PAIRED_MEASURES:
                 mean, half, p_t, p_w, n = paired(values[m.name][meas], ref[meas])
-                summary[m.name][f"paired_{meas}"] = {
+                summary[m.name][f"paired_{meas}{key}"] = {
                     "diff": mean, "ci95": half, "p_ttest": p_t, "p_wilcoxon": p_w, "n": n
                 }
                 row += [f"{mean:+.4f} ± {fmt(half, 4)}", pfmt(p_t), pfmt(p_w)]
             rows.append(row + [str(n)])
         lines += [
             "",
-            f"## Paired test against `{REFERENCE}`",
+            f"## Paired test against `{reference}`",
             "",
             "Difference (method − reference) of the seed-averaged per-query test value, paired "
             "over (fold, query), queries with a relevant document only: mean ± half-width of "
