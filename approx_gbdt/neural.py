@@ -474,7 +474,7 @@ class _Net(nn.Module):
 
 # Defaults of the training schedule (see NeuralRanker): a budget of optimiser steps, early
 # stopping patience in optimiser steps, and batches of at most 128 queries (Bruch et al.) that
-# cut small training sets into at least BATCHES_PER_EPOCH batches.
+# cut smaller training sets into about BATCHES_PER_EPOCH batches (at most that many).
 DEFAULT_MAX_STEPS = 5000
 DEFAULT_PATIENCE_STEPS = 1000
 MAX_BATCH_QUERIES = 128
@@ -527,7 +527,7 @@ class NeuralRanker(BaseEstimator):
     ``-mean_q M_q`` for ApproxNDCG/ApproxAP and ``mean_q loss_q`` for the others (mean over the
     queries of the batch). The budget is counted in optimiser steps, so that a small training
     set gets as many updates as a large one: by default at most ``5000`` steps in batches of
-    ``min(128, ceil(n_queries / 8))`` queries (at least 8 batches an epoch on small data, Bruch
+    ``min(128, ceil(n_queries / 8))`` queries (about 8 batches an epoch on small data, Bruch
     et al.'s 128 from 1,024 queries up). After each epoch (or every ``eval_every`` steps) the
     exact validation NDCG@``eval_at`` (or MAP@``eval_at`` with ``eval_metric="map"``; mean over
     queries with a relevant document, equal scores ranked worst case, as
