@@ -11,11 +11,12 @@ Two layers:
   NaN values or gradients. :func:`approx_ndcg` and :func:`approx_ap` return the per-query
   smoothed *measure* ``M_q`` (higher is better), with exactly the definitions of
   :mod:`approx_gbdt.objectives`; :func:`ranknet_loss`, :func:`listnet_loss` and
-  :func:`listmle_loss` return per-query *losses* (lower is better).
+  :func:`listmle_loss` return per-query *losses* (lower is better); :func:`gumbel_perturb`
+  gives the Gumbel-perturbed lists of Bruch et al.'s (2020) stochastic treatment.
 * :class:`NeuralRanker`, a scikit-learn style feed-forward ranker in the setting of Bruch et al.
-  (2019): batch normalisation on the input and after each hidden layer, ReLU, Adam, batches of
-  128 queries, learning rate 0.005, early stopping on validation NDCG. ``hidden=()`` gives a
-  linear scoring function (Qin et al. 2010).
+  (2019): batch normalisation on the input and after each hidden layer, ReLU, Adam, learning
+  rate 0.005, batches of up to 128 queries, a budget of optimiser steps, early stopping on
+  validation NDCG. ``hidden=()`` gives a linear scoring function (Qin et al. 2010).
 
 Definitions (``sig(x) = 1 / (1 + exp(-x))``, sums over the real documents of one query)::
 
@@ -54,6 +55,7 @@ __all__ = [
     "NeuralRanker",
     "approx_ap",
     "approx_ndcg",
+    "gumbel_perturb",
     "listmle_loss",
     "listnet_loss",
     "ranknet_loss",
@@ -61,6 +63,8 @@ __all__ = [
 ]
 
 LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
+# Losses that accept Gumbel-perturbed scores (NeuralRanker(gumbel_samples=...)).
+GUMBEL_LOSSES = ("approx_ndcg", "approx_ap")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,6 +245,59 @@ def approx_ap(scores, labels, mask=None, *, alpha=10.0, beta=10.0, threshold=1.0
     return torch.where(has_rel, terms.sum(-1) / safe_r, zero)
 
 
+def gumbel_perturb(scores, labels, mask=None, *, samples=8, scale=1.0, generator=None):
+    """Gumbel-perturbed copies of each list (Bruch, Han, Bendersky & Najork, WSDM 2020).
+
+    Each list is repeated ``samples`` times and every real document's score gets independent
+    Gumbel noise: ``s~_i = s_i + scale * g_i`` with ``g_i = -log(-log(u_i))``, ``u_i`` uniform
+    on (0, 1). Sorting ``s~`` draws a permutation from the Plackett-Luce distribution with
+    weights ``exp(s_i)`` when ``scale = 1``; a smooth measure of ``s~`` (ApproxNDCG, ApproxAP),
+    averaged over the samples, is Bruch et al.'s stochastic treatment of the scores, and its
+    gradient is the reparameterisation gradient. ``scale = 0`` repeats the lists unchanged.
+
+    TF-Ranking's ``GumbelApproxNDCGLoss`` (and rax's ``gumbel_t12n``) compute
+    ``log(softmax((s + g) / T) + eps)``: a per-list shift of ``(s + g) / T`` except where the
+    ``eps`` floor binds. ApproxNDCG and ApproxAP depend only on score differences, so their
+    temperature ``T`` is our ``alpha / T`` with ``scale = 1``; we do not apply the floor.
+
+    Parameters
+    ----------
+    scores, labels : torch.Tensor, shape [B, L] (or [L])
+    mask : torch.Tensor of bool, shape [B, L], optional
+        True for real documents; padded entries get no noise and stay padded.
+    samples : int
+        Perturbed copies per list, >= 1 (Bruch et al. and TF-Ranking: 8).
+    scale : float
+        Noise multiplier, >= 0.
+    generator : torch.Generator, optional
+        CPU generator the uniforms are drawn from (float64), for reproducible noise.
+
+    Returns
+    -------
+    (scores, labels, mask) : torch.Tensor, each of shape [B * samples, L]
+        Rows ``b * samples .. (b + 1) * samples - 1`` are the copies of list ``b``, so the
+        mean of a per-list measure over all rows is the mean over lists of the mean over
+        samples.
+    """
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
+        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (
+        math.isfinite(float(scale)) and scale >= 0
+    ):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
+    s, y, mask = _prepare(scores, labels, mask)
+    s = s.repeat_interleave(samples, dim=0)
+    y = y.repeat_interleave(samples, dim=0)
+    mask = mask.repeat_interleave(samples, dim=0)
+    if scale > 0:
+        tiny = torch.finfo(torch.float64).tiny
+        u = torch.rand(s.shape, generator=generator, dtype=torch.float64).clamp_min(tiny)
+        g = (-torch.log(-torch.log(u))).to(device=s.device, dtype=s.dtype)
+        zero = torch.zeros((), dtype=s.dtype, device=s.device)
+        s = s + torch.where(mask, scale * g, zero)
+    return s, y, mask
+
+
 def _informative(y, mask):
     """Queries whose real labels are not all equal (the only ones with ordering information)."""
     big = torch.full((), torch.finfo(y.dtype).max, dtype=y.dtype, device=y.device)
@@ -415,6 +472,45 @@ class _Net(nn.Module):
         return self.layers(x).squeeze(-1)
 
 
+# Defaults of the training schedule (see NeuralRanker): a budget of optimiser steps, early
+# stopping patience in optimiser steps, and batches of at most 128 queries (Bruch et al.) that
+# cut smaller training sets into about BATCHES_PER_EPOCH batches (at most that many).
+DEFAULT_MAX_STEPS = 5000
+DEFAULT_PATIENCE_STEPS = 1000
+MAX_BATCH_QUERIES = 128
+BATCHES_PER_EPOCH = 8
+
+
+def _positive_int_or_none(name, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
+
+
+def _schedule(n_queries, *, batch_queries=None, max_steps=None, max_epochs=None,
+              patience=None, patience_steps=None):
+    """The training schedule of :class:`NeuralRanker` for ``n_queries`` training queries.
+
+    Returns ``(batch_queries, max_steps, max_epochs, patience, patience_steps)`` with the
+    defaults filled in: ``batch_queries = min(128, ceil(n_queries / 8))``; a budget of
+    ``DEFAULT_MAX_STEPS`` optimiser steps unless ``max_steps`` or ``max_epochs`` is given
+    (``max_epochs`` alone: no step limit); patience of ``DEFAULT_PATIENCE_STEPS`` steps unless
+    ``patience`` (in evaluations) or ``patience_steps`` is given. Unused entries are None.
+    """
+    if max_steps is not None and max_epochs is not None:
+        raise ValueError("give max_steps or max_epochs, not both")
+    if patience is not None and patience_steps is not None:
+        raise ValueError("give patience (evaluations) or patience_steps, not both")
+    if batch_queries is None:
+        batch_queries = max(1, min(MAX_BATCH_QUERIES, math.ceil(n_queries / BATCHES_PER_EPOCH)))
+    if max_steps is None and max_epochs is None:
+        max_steps = DEFAULT_MAX_STEPS
+    if patience is None and patience_steps is None:
+        patience_steps = DEFAULT_PATIENCE_STEPS
+    return int(batch_queries), max_steps, max_epochs, patience, patience_steps
+
+
 class NeuralRanker(BaseEstimator):
     """Feed-forward neural ranker trained with ApproxNDCG, ApproxAP, RankNet, ListNet or ListMLE.
 
@@ -424,14 +520,36 @@ class NeuralRanker(BaseEstimator):
     examples do), then a final ``Linear`` to one score. ``hidden=()`` is a linear model of the
     (normalised) features, as in Qin et al. (2010). Batch statistics use only real documents:
     the network is applied to the flat tensor of a batch's documents and the scores are then
-    scattered into the padded ``[batch_queries, max_len]`` layout for the loss.
+    scattered into the padded ``[batch_queries, max_len]`` layout for the loss (lists are
+    padded to the longest list of the batch and masked, never truncated).
 
     Training: Adam, batches of ``batch_queries`` queries reshuffled each epoch, loss
     ``-mean_q M_q`` for ApproxNDCG/ApproxAP and ``mean_q loss_q`` for the others (mean over the
-    queries of the batch). After each epoch, the exact validation NDCG@``eval_at`` (or MAP@
-    ``eval_at`` with ``eval_metric="map"``; mean over queries with a relevant document, equal
-    scores ranked worst case, as :mod:`approx_gbdt.metrics`) is computed; training stops after
-    ``patience`` epochs without improvement and the best epoch's weights are restored.
+    queries of the batch). The budget is counted in optimiser steps, so that a small training
+    set gets as many updates as a large one: by default at most ``5000`` steps in batches of
+    ``min(128, ceil(n_queries / 8))`` queries (about 8 batches an epoch on small data, Bruch
+    et al.'s 128 from 1,024 queries up). After each epoch (or every ``eval_every`` steps) the
+    exact validation NDCG@``eval_at`` (or MAP@``eval_at`` with ``eval_metric="map"``; mean over
+    queries with a relevant document, equal scores ranked worst case, as
+    :mod:`approx_gbdt.metrics`) is computed; training stops when ``patience_steps`` (default
+    1000) optimiser steps have passed since the best evaluation, and the best evaluation's
+    weights are restored. ``max_epochs`` and ``patience`` (in evaluations, i.e. epochs by
+    default) give the epoch schedule instead: ``batch_queries=128, max_epochs=100,
+    patience=10`` is the schedule of earlier versions, which under-trains small data (a
+    60-query set is one batch, 100 epochs are 100 steps).
+
+    With ``gumbel_samples > 0`` (ApproxNDCG/ApproxAP only) each training list is scored
+    ``gumbel_samples`` times with Gumbel noise added to its scores (:func:`gumbel_perturb`,
+    the stochastic treatment of Bruch, Han, Bendersky & Najork, WSDM 2020) and the loss is the
+    mean over the samples; validation and prediction use the plain scores.
+
+    Differences from Bruch et al. (2019), who tuned on MSLR-WEB30K / Yahoo! (~30,000 queries):
+    they train B1024 (1024-512-256-128-64-32-16) for their main results and select models on
+    NDCG@5; the default here is B64 (64-32-16) and NDCG@10. The paper does not name the
+    optimiser (Adam here; its learning rate 0.005 and batch size 128 are followed), the number
+    of training steps or the list size; we pad each batch to its longest list and never
+    truncate lists. Their batch-normalisation momentum (TensorFlow 0.8 / 0.99, i.e. PyTorch
+    0.2 / 0.01) is ``batchnorm_momentum``; the default is PyTorch's 0.1.
 
     Parameters
     ----------
@@ -439,7 +557,7 @@ class NeuralRanker(BaseEstimator):
     hidden : tuple of int
         Hidden layer widths; ``()`` for a linear model.
     alpha : float
-        Position sharpness for the approx losses.
+        Position sharpness for the approx losses (Bruch et al.: 10).
     beta : float
         Truncation sharpness (ApproxNDCG@k, ApproxAP).
     k : int, optional
@@ -448,17 +566,34 @@ class NeuralRanker(BaseEstimator):
         Relevance threshold of ApproxAP.
     lr : float
         Adam learning rate (Bruch et al.: 0.005).
-    batch_queries : int
-        Queries per batch (Bruch et al.: 128).
-    max_epochs : int
-    patience : int
-        Early stopping patience in epochs (only with ``eval_set``).
+    batch_queries : int or None
+        Queries per batch; None: ``min(128, ceil(n_queries / 8))`` (Bruch et al.: 128).
+    max_steps : int or None
+        Budget of optimiser steps; None: 5000, unless ``max_epochs`` is given.
+    max_epochs : int or None
+        Budget in epochs instead of steps (passes over the training queries). Give at most one
+        of ``max_steps`` and ``max_epochs``.
+    patience : int or None
+        Early stopping patience in evaluations (epochs unless ``eval_every`` is set) without
+        improvement.
+    patience_steps : int or None
+        Early stopping patience in optimiser steps since the best evaluation; None: 1000,
+        unless ``patience`` is given. Give at most one of the two. Both need ``eval_set``.
+    eval_every : int or None
+        Optimiser steps between validation evaluations; None: at the end of every epoch. The
+        last step of the budget is always evaluated.
+    gumbel_samples : int
+        Gumbel-perturbed samples per training list for ApproxNDCG/ApproxAP; 0 (default): the
+        plain loss. Bruch et al. (2020) and TF-Ranking use 8.
+    gumbel_scale : float
+        Multiplier of the Gumbel noise, >= 0 (1: Plackett-Luce sampling; 0: the plain loss
+        repeated). TF-Ranking's temperature ``T`` is ``alpha / T`` here.
     seed : int
-        Seeds weight initialisation, shuffling and ListMLE tie breaking.
+        Seeds weight initialisation, shuffling, Gumbel noise and ListMLE tie breaking.
     device : str or torch.device, optional
         None: CUDA when available, else CPU.
     verbose : bool
-        Print the validation NDCG per epoch.
+        Print the validation measure at each evaluation.
     eval_at : int or None
         Cut-off of the validation measure used for early stopping (None: full list). Bruch et
         al. selected models on NDCG@5; the default 10 matches this project's GBDT protocol.
@@ -473,18 +608,28 @@ class NeuralRanker(BaseEstimator):
     ----------
     n_features_in_ : int
     model_ : torch.nn.Module
-        The trained network (best epoch), in eval mode.
+        The trained network (best evaluation), in eval mode.
+    batch_queries_ : int
+        The batch size used.
     history_ : list of float
-        Validation measure (NDCG@eval_at by default) after each epoch (empty without
+        Validation measure (NDCG@eval_at by default) at each evaluation (empty without
         ``eval_set``).
+    history_steps_ : list of int
+        Optimiser steps taken at each evaluation.
     best_iteration_ : int
-        Number of epochs of the kept weights (1-based: ``history_[best_iteration_ - 1]``).
+        1-based index of the kept evaluation (``history_[best_iteration_ - 1]``): the epoch
+        with the default ``eval_every``. Without ``eval_set``, the number of evaluation points
+        passed (the last weights are kept).
+    best_step_ : int
+        Optimiser steps of the kept weights.
+    n_steps_ : int
+        Optimiser steps taken.
     best_score_ : float or None
         Validation measure of the kept weights.
     initial_score_ : float or None
         Validation measure of the untrained network.
     train_loss_ : list of float
-        Mean training loss per epoch.
+        Mean training loss per epoch (the last one possibly partial).
     """
 
     def __init__(
@@ -496,9 +641,14 @@ class NeuralRanker(BaseEstimator):
         k=None,
         threshold=1.0,
         lr=0.005,
-        batch_queries=128,
-        max_epochs=100,
-        patience=10,
+        batch_queries=None,
+        max_steps=None,
+        max_epochs=None,
+        patience=None,
+        patience_steps=None,
+        eval_every=None,
+        gumbel_samples=0,
+        gumbel_scale=1.0,
         seed=0,
         device=None,
         verbose=False,
@@ -514,8 +664,13 @@ class NeuralRanker(BaseEstimator):
         self.threshold = threshold
         self.lr = lr
         self.batch_queries = batch_queries
+        self.max_steps = max_steps
         self.max_epochs = max_epochs
         self.patience = patience
+        self.patience_steps = patience_steps
+        self.eval_every = eval_every
+        self.gumbel_samples = gumbel_samples
+        self.gumbel_scale = gumbel_scale
         self.seed = seed
         self.device = device
         self.verbose = verbose
@@ -540,10 +695,21 @@ class NeuralRanker(BaseEstimator):
             raise ValueError(f"hidden must be a tuple of ints, got {self.hidden!r}") from exc
         if any(h < 1 for h in hidden):
             raise ValueError(f"hidden layer widths must be >= 1, got {self.hidden!r}")
-        for name in ("batch_queries", "max_epochs", "patience"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        for name in ("batch_queries", "max_steps", "max_epochs", "patience", "patience_steps",
+                     "eval_every"):
+            _positive_int_or_none(name, getattr(self, name))
+        gs = self.gumbel_samples
+        if isinstance(gs, bool) or not isinstance(gs, numbers.Integral) or gs < 0:
+            raise ValueError(f"gumbel_samples must be an integer >= 0, got {gs!r}")
+        if gs > 0 and self.loss not in GUMBEL_LOSSES:
+            raise ValueError(
+                f"gumbel_samples applies to the losses {GUMBEL_LOSSES}, not {self.loss!r}"
+            )
+        sc = self.gumbel_scale
+        if isinstance(sc, bool) or not isinstance(sc, numbers.Real) or not (
+            math.isfinite(float(sc)) and sc >= 0
+        ):
+            raise ValueError(f"gumbel_scale must be a finite number >= 0, got {sc!r}")
         if self.eval_at is not None:
             ea = self.eval_at
             if isinstance(ea, bool) or not isinstance(ea, numbers.Integral) or ea < 1:
@@ -564,11 +730,23 @@ class NeuralRanker(BaseEstimator):
 
     def _score(self, net, valid):
         pred = _predict(net, valid[0])
+        # The first call of a parallel numba kernel can reset the OpenMP thread count that
+        # torch shares (torch.set_num_threads); keep the caller's setting.
+        threads = torch.get_num_threads()
         if self.eval_metric == "map":
-            return _map(pred, valid[1], valid[2], k=self.eval_at, threshold=self.threshold)
-        return _ndcg(pred, valid[1], valid[2], k=self.eval_at)
+            value = _map(pred, valid[1], valid[2], k=self.eval_at, threshold=self.threshold)
+        else:
+            value = _ndcg(pred, valid[1], valid[2], k=self.eval_at)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return value
 
     def _batch_loss(self, s, y, mask, generator):
+        if self.gumbel_samples > 0:
+            s, y, mask = gumbel_perturb(
+                s, y, mask, samples=self.gumbel_samples, scale=self.gumbel_scale,
+                generator=generator,
+            )
         if self.loss == "approx_ndcg":
             per_q = -approx_ndcg(s, y, mask, alpha=self.alpha, k=self.k, beta=self.beta)
         elif self.loss == "approx_ap":
@@ -622,6 +800,12 @@ class NeuralRanker(BaseEstimator):
         y_t = torch.as_tensor(y, dtype=dtype, device=device)
         sizes = np.diff(ptr)
         n_queries = sizes.size
+        batch_queries, max_steps, max_epochs, patience, patience_steps = _schedule(
+            n_queries, batch_queries=self.batch_queries, max_steps=self.max_steps,
+            max_epochs=self.max_epochs, patience=self.patience,
+            patience_steps=self.patience_steps,
+        )
+        self.batch_queries_ = batch_queries
 
         was_deterministic = torch.are_deterministic_algorithms_enabled()
         was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
@@ -633,19 +817,46 @@ class NeuralRanker(BaseEstimator):
             generator = torch.Generator().manual_seed(self.seed)
             opt = torch.optim.Adam(net.parameters(), lr=self.lr)
 
-            self.history_ = []
-            self.train_loss_ = []
+            self.history_, self.history_steps_, self.train_loss_ = [], [], []
             self.initial_score_ = None
-            best_state, best_score, best_epoch = None, -math.inf, 0
+            best_state, best_score, best_eval, best_step = None, -math.inf, 0, 0
             if valid is not None:
                 self.initial_score_ = self._score(net, valid)
-            bad_epochs = 0
-            for epoch in range(1, self.max_epochs + 1):
+            step, n_evals, stop = 0, 0, False
+
+            def evaluate():
+                # One evaluation point; returns True when early stopping says stop.
+                nonlocal best_state, best_score, best_eval, best_step, n_evals
+                n_evals += 1
+                if valid is None:
+                    best_eval, best_step = n_evals, step
+                    return False
+                score = self._score(net, valid)
+                self.history_.append(score)
+                self.history_steps_.append(step)
+                if self.verbose:
+                    print(
+                        f"[NeuralRanker] step {step:6d}  valid {self.eval_metric}@"
+                        f"{self.eval_at}: {score:.6f}"
+                    )
+                if score > best_score:
+                    best_score, best_eval, best_step = score, n_evals, step
+                    best_state = copy.deepcopy(net.state_dict())
+                    return False
+                if patience is not None:
+                    return n_evals - best_eval >= patience
+                return step - best_step >= patience_steps
+
+            epoch = 0
+            while not stop and (max_epochs is None or epoch < max_epochs):
+                epoch += 1
                 net.train()
                 order = torch.randperm(n_queries, generator=generator).numpy()
                 total, n_batches = 0.0, 0
-                for start in range(0, n_queries, self.batch_queries):
-                    qs = order[start : start + self.batch_queries]
+                for start in range(0, n_queries, batch_queries):
+                    if max_steps is not None and step >= max_steps:
+                        break
+                    qs = order[start : start + batch_queries]
                     qsizes = sizes[qs]
                     if qsizes.sum() < 2:  # BatchNorm needs two rows; no ranking signal anyway
                         continue
@@ -666,28 +877,23 @@ class NeuralRanker(BaseEstimator):
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
+                    step += 1
                     total += float(loss.detach())
                     n_batches += 1
-                self.train_loss_.append(total / max(n_batches, 1))
-
-                if valid is None:
-                    best_epoch = epoch
-                    continue
-                score = self._score(net, valid)
-                self.history_.append(score)
-                if self.verbose:
-                    print(
-                        f"[NeuralRanker] epoch {epoch:4d}  train loss "
-                        f"{self.train_loss_[-1]:.6f}  valid {self.eval_metric}@{self.eval_at}: "
-                        f"{score:.6f}"
-                    )
-                if score > best_score:
-                    best_score, best_epoch, bad_epochs = score, epoch, 0
-                    best_state = copy.deepcopy(net.state_dict())
-                else:
-                    bad_epochs += 1
-                    if bad_epochs >= self.patience:
-                        break
+                    if self.eval_every is not None and step % self.eval_every == 0:
+                        stop = evaluate()  # _predict restores training mode
+                        if stop:
+                            break
+                if n_batches:
+                    self.train_loss_.append(total / n_batches)
+                out_of_steps = n_batches == 0 or (max_steps is not None and step >= max_steps)
+                last_epoch = max_epochs is not None and epoch >= max_epochs
+                evaluated = self.eval_every is not None and step % self.eval_every == 0
+                if not stop and (self.eval_every is None or
+                                 ((out_of_steps or last_epoch) and not evaluated)):
+                    stop = evaluate()
+                if out_of_steps:
+                    break
             if best_state is not None:
                 net.load_state_dict(best_state)
         finally:
@@ -695,7 +901,9 @@ class NeuralRanker(BaseEstimator):
 
         net.eval()
         self.model_ = net
-        self.best_iteration_ = best_epoch
+        self.n_steps_ = step
+        self.best_iteration_ = best_eval
+        self.best_step_ = best_step
         self.best_score_ = best_score if valid is not None else None
         return self
 

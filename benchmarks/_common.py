@@ -5,6 +5,9 @@ Used by ``benchmarks/quality.py`` and ``benchmarks/approximation.py``; not part 
 Data sets (``--data``)
 ----------------------
 ``mq2008``       ``../shared/data/MQ2008`` next to the repository root (LETOR 4.0, 5 folds).
+``mq2008-small``  ``mq2008`` with each fold's training split cut to 60 queries and its
+                 validation split to 20 (fixed random draws, seed = fold index), test split
+                 whole: LETOR 3.0-sized training data (the neural baseline's small-data check).
 ``generated``    :func:`approx_gbdt.make_ranking` (300 queries, seed 0) cut into 5 blocks of 60
                  queries, rotated as LETOR does: fold i trains on blocks i, i+1, i+2, validates
                  on i+3 and tests on i+4 (mod 5), so every query is tested exactly once.
@@ -72,12 +75,14 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 NAMED_DATA = {
     "mq2008": "MQ2008",
+    "mq2008-small": "MQ2008",
     "lgb-yahoo": "LightGBM-lambdarank",
     "mslr-sample": "MSLR-rankeval-sample",
 }
 GENERATED_QUERIES = 300
 GENERATED_BLOCKS = 5
 VALID_FRACTION = 0.2
+SMALL_QUERIES = (60, 20)  # mq2008-small: training and validation queries per fold
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,12 @@ def _take_queries(data, queries):
     rows = np.concatenate([np.arange(ptr[q], ptr[q + 1]) for q in queries])
     sizes = np.diff(ptr)[queries]
     return RankingData(data.X[rows], data.y[rows], np.concatenate([[0], np.cumsum(sizes)]))
+
+
+def _subsample_queries(data, n, seed):
+    """``n`` queries of ``data`` drawn at random (in their original order)."""
+    rng = np.random.default_rng(seed)
+    return _take_queries(data, np.sort(rng.choice(data.n_queries, size=n, replace=False)))
 
 
 def _drop_last_query(data):
@@ -170,6 +181,13 @@ def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
         folds = _generated_folds()
     elif data == "mq2008":
         folds = [Fold(f.name, f.train, f.vali, f.test) for f in load_letor_folds(_shared(data))]
+    elif data == "mq2008-small":
+        n_train, n_vali = SMALL_QUERIES
+        folds = [
+            Fold(f.name, _subsample_queries(f.train, n_train, i),
+                 _subsample_queries(f.vali, n_vali, i), f.test)
+            for i, f in enumerate(load_letor_folds(_shared(data)))
+        ]
     elif data == "lgb-yahoo":
         p = _shared(data)
         folds = _train_test_folder(p / "rank.train.gz", p / "rank.test.gz")
@@ -423,15 +441,16 @@ CB_GRIDS = {
     "small": [{"l2": 0.0}, {"l2": 1.0}, {"l2": 3.0}, {"l2": 10.0}],
     "none": [{"l2": 3.0}],
 }
-# NeuralRanker: the same number of configurations, over its own knobs.
+# NeuralRanker: the same number of configurations, over its own knobs (batch_queries None:
+# NeuralRanker's default, min(128, ceil(training queries / 8))).
 NN_GRIDS = {
     "small": [
-        {"lr": 0.005, "batch_queries": 128},
-        {"lr": 0.002, "batch_queries": 128},
+        {"lr": 0.005, "batch_queries": None},
+        {"lr": 0.002, "batch_queries": None},
         {"lr": 0.005, "batch_queries": 32},
         {"lr": 0.002, "batch_queries": 32},
     ],
-    "none": [{"lr": 0.005, "batch_queries": 128}],
+    "none": [{"lr": 0.005, "batch_queries": None}],
 }
 
 
@@ -469,7 +488,7 @@ def config_label(method: Method, config: dict) -> str:
     if method.library in BOOSTED:
         return ",".join(f"{k}={v}" for k, v in config.items())
     if method.library == "nn":
-        return f"lr={config['lr']:g},bq={config['batch_queries']}"
+        return f"lr={config['lr']:g},bq={config['batch_queries'] or 'auto'}"
     if method.library == "cb":
         return f"l2={config['l2']:g}"
     return f"l2={config['l2']:g},mh={config['min_hess']:g}"
@@ -507,8 +526,8 @@ def per_query_measures(scores, data) -> dict[str, np.ndarray]:
 class Budget:
     rounds: int = 2000
     patience: int = 50
-    nn_epochs: int = 100
-    nn_patience: int = 10
+    nn_epochs: int | None = None  # None: NeuralRanker's step budget
+    nn_patience: int | None = None  # None: NeuralRanker's patience in steps
     threads: int = 1
 
 
@@ -525,7 +544,7 @@ def fit_predict(method: Method, fold: Fold, seed: int, config: dict, budget: Bud
     """Train on ``fold.train`` with early stopping on ``fold.vali``; predict ``fold.test``.
 
     Returns ``(test_scores, valid_score, n_iterations, seconds)``; ``n_iterations`` is the
-    number of boosting rounds (epochs for the neural baseline) of the kept model.
+    number of boosting rounds (optimiser steps for the neural baseline) of the kept model.
     """
     if method.library == "lgb":
         return _fit_lgb(method, fold, seed, config, budget)
@@ -704,12 +723,14 @@ def _fit_nn(method, fold, seed, config, budget):
         "hidden": NN_HIDDEN,
         "lr": config["lr"],
         "batch_queries": config["batch_queries"],
-        "max_epochs": budget.nn_epochs,
-        "patience": budget.nn_patience,
         "seed": seed,
         "device": "cpu",
         "eval_at": 10,
     }
+    if budget.nn_epochs is not None:
+        params["max_epochs"] = budget.nn_epochs
+    if budget.nn_patience is not None:
+        params["patience"] = budget.nn_patience
     params.update(method.opts)
     tr, va = fold.train, fold.vali
     t0 = time.perf_counter()
@@ -717,8 +738,7 @@ def _fit_nn(method, fold, seed, config, budget):
         tr.X, tr.y, _sizes(tr), eval_set=(va.X, va.y, _sizes(va))
     )
     seconds = time.perf_counter() - t0
-    return model.predict(fold.test.X), float(model.best_score_), int(model.best_iteration_), \
-        seconds
+    return model.predict(fold.test.X), float(model.best_score_), int(model.best_step_), seconds
 
 
 def _boosted_model(method, config, budget):

@@ -15,11 +15,17 @@ early stopping on the validation measure, instead of full-batch gradient descent
 step eta = 0.01 and stopping tolerance delta = 0.001. Queries without a relevant document are
 excluded from every mean (Bruch et al.'s rule; LETOR's evaluation tool counts them as 0).
 
+``--defaults`` trains with ``NeuralRanker``'s own schedule instead (its optimiser-step budget,
+batch size, learning rate and patience; ``--lr``, ``--batch-queries``, ``--max-epochs`` and
+``--patience`` are then ignored); with ``--alphas 10 --restarts 1`` that is the linear model with
+the package defaults, one model per fold.
+
 Usage::
 
     python benchmarks/neural_linear_qin.py                      # generated data, quick
     python benchmarks/neural_linear_qin.py --data ../shared/data/MQ2008 --loss approx_ndcg
     python benchmarks/neural_linear_qin.py --data DIR --loss approx_ap --restarts 10 --out r.json
+    python benchmarks/neural_linear_qin.py --data DIR --defaults --alphas 10 --restarts 1
 """
 
 from __future__ import annotations
@@ -73,16 +79,19 @@ def run_fold(name, train, vali, test, args):
     t0 = time.perf_counter()
     for alpha, beta in itertools.product(args.alphas, betas):
         for restart in range(args.restarts):
+            schedule = {} if args.defaults else dict(
+                lr=args.lr,
+                batch_queries=args.batch_queries,
+                max_epochs=args.max_epochs,
+                patience=args.patience,
+            )
             model = NeuralRanker(
                 loss=args.loss,
                 hidden=(),
                 alpha=alpha,
                 beta=beta,
                 threshold=args.threshold,
-                lr=args.lr,
-                batch_queries=args.batch_queries,
-                max_epochs=args.max_epochs,
-                patience=args.patience,
+                **schedule,
                 seed=args.seed + 1000 * restart,
                 eval_metric=metric,
                 eval_at=None if metric == "map" else args.eval_at,
@@ -98,7 +107,7 @@ def run_fold(name, train, vali, test, args):
             if args.verbose:
                 print(
                     f"  {name} alpha={alpha:g} beta={beta:g} restart={restart} "
-                    f"valid {metric}={model.best_score_:.4f} epoch={model.best_iteration_}"
+                    f"valid {metric}={model.best_score_:.4f} step={model.best_step_}"
                 )
             if best is None or model.best_score_ > best[0]:
                 best = (model.best_score_, alpha, beta, restart, model)
@@ -106,7 +115,8 @@ def run_fold(name, train, vali, test, args):
     result = {
         "fold": name,
         "selected": {"alpha": alpha, "beta": beta, "restart": restart,
-                     "epochs": model.best_iteration_, f"valid_{metric}": score},
+                     "epochs": model.best_iteration_, "steps": model.best_step_,
+                     f"valid_{metric}": score},
         "test": _measures(model.predict(test.X), test, args.threshold),
         "fits": n_fits,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -131,6 +141,9 @@ def main(argv=None):
     p.add_argument("--batch-queries", type=int, default=128)
     p.add_argument("--max-epochs", type=int, default=100)
     p.add_argument("--patience", type=int, default=10)
+    p.add_argument("--defaults", action="store_true",
+                   help="NeuralRanker's own training schedule (step budget, batch size, lr, "
+                        "patience) instead of --lr/--batch-queries/--max-epochs/--patience")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gen-queries", type=int, default=150, help="train queries if generated")
     p.add_argument("--device", default=None)
@@ -172,6 +185,22 @@ def write_markdown(path, args, argv, results, mean):
     grid = f"alpha in {{{', '.join(f'{a:g}' for a in args.alphas)}}}"
     if args.loss == "approx_ap":
         grid += f", beta in {{{', '.join(f'{b:g}' for b in args.betas)}}}"
+    if args.defaults:
+        from approx_gbdt.neural import DEFAULT_MAX_STEPS, DEFAULT_PATIENCE_STEPS
+
+        training = (
+            f"trained with `NeuralRanker`'s default schedule: Adam, lr {NeuralRanker().lr:g}, "
+            "batches of min(128, ceil(training queries / 8)) queries, at most "
+            f"{DEFAULT_MAX_STEPS} optimiser steps, patience {DEFAULT_PATIENCE_STEPS} steps, "
+            "one validation evaluation per epoch"
+        )
+        unit = "steps"
+    else:
+        training = (
+            f"Adam, lr {args.lr:g}, {args.batch_queries} queries a batch, at most "
+            f"{args.max_epochs} epochs, patience {args.patience}"
+        )
+        unit = "epochs"
     lines = [
         f"# Qin et al. (2010) protocol, linear {args.loss} model\n",
         f"Produced by `{cmd}` (from the repository root) on "
@@ -180,17 +209,16 @@ def write_markdown(path, args, argv, results, mean):
         f"Per fold: {grid}, {args.restarts} random restart(s) each; the model with the best "
         f"validation {'MAP' if args.loss == 'approx_ap' else f'NDCG@{args.eval_at}'} is kept "
         "and evaluated on the test fold. The linear model is `NeuralRanker(hidden=())` (batch "
-        f"normalisation, one linear layer), Adam, lr {args.lr:g}, {args.batch_queries} queries "
-        f"a batch, at most {args.max_epochs} epochs, patience {args.patience}. Test means over "
+        f"normalisation, one linear layer), {training}. Test means over "
         "queries with a relevant document, ties ranked worst case.\n",
-        "| fold | alpha | beta | restart | epochs | " + " | ".join(keys) + " | fits | s |",
+        f"| fold | alpha | beta | restart | {unit} | " + " | ".join(keys) + " | fits | s |",
         "|---|---:|---:|---:|---:|" + "---:|" * len(keys) + "---:|---:|",
     ]
     for r in results:
         s = r["selected"]
         beta = f"{s['beta']:g}" if args.loss == "approx_ap" else "–"
         lines.append(
-            f"| {r['fold']} | {s['alpha']:g} | {beta} | {s['restart']} | {s['epochs']} | "
+            f"| {r['fold']} | {s['alpha']:g} | {beta} | {s['restart']} | {s[unit]} | "
             + " | ".join(f"{r['test'][k]:.4f}" for k in keys)
             + f" | {r['fits']} | {r['seconds']} |"
         )

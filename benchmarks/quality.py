@@ -30,6 +30,7 @@ Examples::
 
     python benchmarks/quality.py                                # MQ2008, 5 folds, 3 seeds
     python benchmarks/quality.py --data generated
+    python benchmarks/quality.py --data mq2008-small --grid none --neural   # 60 training queries
     python benchmarks/quality.py --data lgb-yahoo --seeds 5
     python benchmarks/quality.py --data ../shared/data/MQ2008 --folds 1 --grid none
     python benchmarks/quality.py --methods default "lgb:approx_ndcg(hessian=bound)"
@@ -86,7 +87,7 @@ DEFAULT_METHODS = [
     "ada:map",
     "rb:rankboost",
 ]
-NEURAL_METHODS = ["nn:approx_ndcg"]
+NEURAL_METHODS = ["nn:approx_ndcg", "nn:approx_ndcg(gumbel_samples=8)"]
 CATBOOST_METHODS = ["cb:YetiRank", "cb:YetiRankPairwise", "cb:LambdaMart", "cb:QuerySoftMax"]
 REFERENCE = "lgb:lambdarank"
 # Every method is also tested, paired, against these.
@@ -104,7 +105,8 @@ def parse_args(argv):
         epilog=__doc__.split("Examples::")[1],
     )
     p.add_argument("--data", default="mq2008",
-                   help="mq2008 (default), generated, lgb-yahoo, mslr-sample or a LETOR folder")
+                   help="mq2008 (default), mq2008-small, generated, lgb-yahoo, mslr-sample or a "
+                        "LETOR folder")
     p.add_argument("--folds", type=int, default=None, help="use only the first N folds")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     p.add_argument("--grid", choices=sorted(C.GRIDS), default="small",
@@ -112,10 +114,14 @@ def parse_args(argv):
     p.add_argument("--methods", nargs="+", default=["default"],
                    help="method names (see benchmarks/_common.py); 'default' expands to the "
                         "default list; e.g. default 'lgb:approx_ndcg(alpha=20,hessian=bound)'")
+    p.add_argument("--also-paired", nargs="*", default=[], metavar="METHOD",
+                   help=f"further references for the paired test (besides {REFERENCE})")
     p.add_argument("--rounds", type=int, default=2000, help="maximum boosting rounds")
     p.add_argument("--patience", type=int, default=50, help="early-stopping patience (rounds)")
-    p.add_argument("--nn-epochs", type=int, default=100, help="neural baseline: max epochs")
-    p.add_argument("--nn-patience", type=int, default=10, help="neural baseline: patience")
+    p.add_argument("--nn-epochs", type=int, default=None,
+                   help="neural baseline: epoch budget (default: NeuralRanker's step budget)")
+    p.add_argument("--nn-patience", type=int, default=None,
+                   help="neural baseline: patience in epochs (default: NeuralRanker's, in steps)")
     nn = p.add_mutually_exclusive_group()
     nn.add_argument("--neural", dest="neural", action="store_true", default=None,
                     help="include the neural baseline even on large data")
@@ -262,6 +268,20 @@ def pfmt(p):
     return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
 
 
+def nn_schedule(args) -> str:
+    """The neural baseline's training schedule, in words."""
+    try:
+        from approx_gbdt.neural import DEFAULT_MAX_STEPS, DEFAULT_PATIENCE_STEPS
+    except ImportError:  # no torch: no neural rows
+        return "not run"
+
+    budget = (f"at most {args.nn_epochs} epochs" if args.nn_epochs is not None
+              else f"at most {DEFAULT_MAX_STEPS} optimiser steps")
+    patience = (f"patience {args.nn_patience} epochs" if args.nn_patience is not None
+                else f"patience {DEFAULT_PATIENCE_STEPS} steps")
+    return f"{budget}, {patience}; batch 'auto' = min(128, ceil(training queries / 8))"
+
+
 def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str, dict]:
     data = C.dataset_label(args.data)
     n_folds = len(folds)
@@ -272,7 +292,7 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "",
         f"Protocol: {n_folds} fold(s) x {args.seeds} seed(s); per fold, train on train, early "
         f"stopping on the validation NDCG@10 (patience {args.patience}, at most {args.rounds} "
-        f"rounds; neural: {args.nn_patience} of at most {args.nn_epochs} epochs), learning rate "
+        f"rounds; neural: {nn_schedule(args)}), learning rate "
         f"{C.LEARNING_RATE}, LightGBM {C.NUM_LEAVES} leaves, XGBoost max_depth {C.MAX_DEPTH}, "
         f"CatBoost oblivious trees of depth {C.MAX_DEPTH} (its own early stopping on "
         "NDCG:top=10;type=Exp, then the best round by the validation NDCG@10 below), "
@@ -286,7 +306,7 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "CatBoost: " + "; ".join(f"l2_leaf_reg={g['l2']:g}" for g in C.CB_GRIDS[args.grid])
         + " (CatBoost's defaults otherwise: Bayesian bootstrap, rsm "
         f"{C.COLSAMPLE}); "
-        "neural: " + "; ".join(f"lr={g['lr']:g}, batch of {g['batch_queries']} queries"
+        "neural: " + "; ".join(f"lr={g['lr']:g}, batch of {g['batch_queries'] or 'auto'} queries"
                                for g in C.NN_GRIDS[args.grid])
         + ". " + rivals_protocol(methods, args.grid)
         + "XGBoost rank:map is trained on binarised labels (label >= 1; XGBoost 3 refuses "
@@ -344,9 +364,9 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "",
         f"Mean ± half-width of the 95 % t interval over the {n_q} test queries with a relevant "
         f"document (pooled over {n_folds} fold(s)) of the per-query value averaged over "
-        f"{args.seeds} seed(s); best mean in bold. Rounds: boosting rounds (epochs for `nn:`) "
-        "of the kept model, mean over folds and seeds; seconds: training time of the kept "
-        "model (one process, one thread); config: the most often chosen grid point.",
+        f"{args.seeds} seed(s); best mean in bold. Rounds: boosting rounds (optimiser steps "
+        "for `nn:`) of the kept model, mean over folds and seeds; seconds: training time of "
+        "the kept model (one process, one thread); config: the most often chosen grid point.",
         "",
     ]
     lines += C.md_table(
@@ -354,14 +374,13 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "l" + "r" * (len(MAIN_MEASURES) + 2) + "l",
     )
 
-    # -- paired tests ---------------------------------------------------------------------------
+    # -- paired tests -------------------------------------------------------------------------
     names = [m.name for m in methods]
-    for reference in REFERENCES:
+    for reference in dict.fromkeys([*REFERENCES, *args.also_paired]):
         if reference not in names:
             continue
         ref = values[reference]
-        # the summary keeps "paired_<measure>" for REFERENCE, "paired_<measure>_vs_<ref>" else
-        suffix = "" if reference == REFERENCE else f"_vs_{reference}"
+        key = "" if reference == REFERENCE else f"_vs_{reference}"
         rows = []
         for m in methods:
             if m.name == reference:
@@ -369,7 +388,7 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
             row = [f"`{m.name}`"]
             for meas in PAIRED_MEASURES:
                 mean, half, p_t, p_w, n = paired(values[m.name][meas], ref[meas])
-                summary[m.name][f"paired_{meas}{suffix}"] = {
+                summary[m.name][f"paired_{meas}{key}"] = {
                     "diff": mean, "ci95": half, "p_ttest": p_t, "p_wilcoxon": p_w, "n": n
                 }
                 row += [f"{mean:+.4f} ± {fmt(half, 4)}", pfmt(p_t), pfmt(p_w)]

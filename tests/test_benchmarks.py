@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,6 +76,21 @@ def test_generated_folds_rotate_and_test_every_query_once():
     assert sum(f.test.n_queries for f in folds) == C.GENERATED_QUERIES
     f = folds[0]
     assert f.train.n_queries + f.vali.n_queries + f.test.n_queries == C.GENERATED_QUERIES
+
+
+def test_mq2008_small_subsamples_train_and_validation_only():
+    C = _load_common()
+    if not (C.SHARED_DATA / C.NAMED_DATA["mq2008"]).is_dir():
+        pytest.skip("MQ2008 not available")
+    small, full = C.load_folds("mq2008-small", 2), C.load_folds("mq2008", 2)
+    for s, f in zip(small, full, strict=True):
+        assert (s.train.n_queries, s.vali.n_queries) == C.SMALL_QUERIES
+        assert s.test.n_queries == f.test.n_queries
+        # whole queries of the full split, in their original order
+        rows = {tuple(r) for r in f.train.X}
+        assert all(tuple(r) in rows for r in s.train.X)
+    assert not np.array_equal(small[0].train.y, small[1].train.y)
+    assert C.dataset_label("mq2008-small") == "mq2008-small"
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from approx_gbdt.neural import (  # noqa: E402
     NeuralRanker,
     approx_ap,
     approx_ndcg,
+    gumbel_perturb,
     listmle_loss,
     listnet_loss,
     ranknet_loss,
@@ -319,6 +320,66 @@ def test_losses_validate_parameters():
 
 
 # ----------------------------------------------------------------------------------------------
+# Gumbel perturbation (Bruch et al. 2020)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("measure", ["ndcg", "ndcg@3", "ap"])
+def test_gumbel_scale_zero_equals_plain_loss(measure):
+    fn = {"ndcg": lambda s, y, m: approx_ndcg(s, y, m, alpha=5.0),
+          "ndcg@3": lambda s, y, m: approx_ndcg(s, y, m, alpha=5.0, k=3),
+          "ap": lambda s, y, m: approx_ap(s, y, m, alpha=5.0, beta=3.0)}[measure]
+    rng = np.random.default_rng(11)
+    S, Y, M = pad(random_queries(rng, [1, 4, 9, 6]), fill_score=math.nan, extra=2)
+    S1 = S.clone().requires_grad_(True)
+    plain = fn(S1, Y, M)
+    plain.mean().backward()
+    S2 = S.clone().requires_grad_(True)
+    gen = torch.Generator().manual_seed(0)
+    sp, yp, mp = gumbel_perturb(S2, Y, M, samples=5, scale=0.0, generator=gen)
+    assert sp.shape == (4 * 5, S.shape[1])
+    perturbed = fn(sp, yp, mp)
+    np.testing.assert_allclose(perturbed.detach().reshape(4, 5).numpy(),
+                               np.repeat(plain.detach().numpy()[:, None], 5, axis=1),
+                               rtol=1e-14, atol=0)
+    perturbed.mean().backward()
+    np.testing.assert_allclose(S2.grad.numpy(), S1.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_gumbel_noise_is_seeded_masked_and_gumbel_distributed():
+    rng = np.random.default_rng(12)
+    S, Y, M = pad(random_queries(rng, [3, 7]), extra=1)
+
+    def draw(seed, samples=4, scale=0.5):
+        gen = torch.Generator().manual_seed(seed)
+        return gumbel_perturb(S, Y, M, samples=samples, scale=scale, generator=gen)
+
+    s1, y1, m1 = draw(0)
+    s2, _, _ = draw(0)
+    s3, _, _ = draw(1)
+    assert torch.equal(s1, s2) and not torch.equal(s1, s3)
+    base = S.repeat_interleave(4, dim=0)
+    assert torch.equal(y1, Y.repeat_interleave(4, dim=0))
+    assert torch.equal(m1, M.repeat_interleave(4, dim=0))
+    assert torch.all(s1[~m1] == 0) and torch.all(s1[m1] != base[m1])
+    # scale * Gumbel(0, 1): mean scale * Euler's gamma, variance scale^2 pi^2 / 6
+    big, _, mb = draw(3, samples=4000, scale=2.0)
+    noise = (big - S.repeat_interleave(4000, dim=0))[mb].numpy()
+    assert noise.mean() == pytest.approx(2.0 * 0.5772156649, abs=0.02)
+    assert noise.var() == pytest.approx(4.0 * math.pi**2 / 6, rel=0.03)
+
+
+def test_gumbel_perturb_validates():
+    s = torch.zeros(1, 3)
+    with pytest.raises(ValueError, match="samples"):
+        gumbel_perturb(s, s, samples=0)
+    with pytest.raises(ValueError, match="scale"):
+        gumbel_perturb(s, s, scale=-1.0)
+    with pytest.raises(ValueError, match="scale"):
+        gumbel_perturb(s, s, scale=math.inf)
+
+
+# ----------------------------------------------------------------------------------------------
 # RankNet / ListNet / ListMLE against hand-computed values
 # ----------------------------------------------------------------------------------------------
 
@@ -439,6 +500,77 @@ def test_same_seed_same_predictions(data):
     assert not np.array_equal(p1, p3)
 
 
+def test_gumbel_ranker_deterministic_for_seed(data):
+    (X, y, g), (Xv, yv, gv) = data
+    kw = dict(hidden=(8,), max_steps=30, gumbel_samples=4, gumbel_scale=1.0)
+    p1 = NeuralRanker(seed=5, **kw).fit(X, y, g, eval_set=(Xv, yv, gv)).predict(Xv)
+    p2 = NeuralRanker(seed=5, **kw).fit(X, y, g, eval_set=(Xv, yv, gv)).predict(Xv)
+    p3 = NeuralRanker(seed=6, **kw).fit(X, y, g, eval_set=(Xv, yv, gv)).predict(Xv)
+    plain = NeuralRanker(seed=5, **{**kw, "gumbel_samples": 0}).fit(X, y, g).predict(Xv)
+    np.testing.assert_array_equal(p1, p2)
+    assert not np.array_equal(p1, p3)
+    assert not np.array_equal(p1, plain)
+
+
+def test_default_schedule():
+    assert neural._schedule(60) == (8, neural.DEFAULT_MAX_STEPS, None, None,
+                                    neural.DEFAULT_PATIENCE_STEPS)
+    assert neural._schedule(5)[0] == 1
+    assert neural._schedule(1000)[0] == 125
+    assert neural._schedule(30_000)[0] == 128
+    # explicit settings win; an epoch budget has no step limit, patience in evaluations none
+    # in steps
+    assert neural._schedule(60, batch_queries=128, max_epochs=100, patience=10) == (
+        128, None, 100, 10, None)
+    assert neural._schedule(60, max_steps=7, patience_steps=3) == (8, 7, None, None, 3)
+    with pytest.raises(ValueError, match="max_steps or max_epochs"):
+        neural._schedule(60, max_steps=10, max_epochs=2)
+    with pytest.raises(ValueError, match="patience"):
+        neural._schedule(60, patience=2, patience_steps=10)
+
+
+def test_step_budget_and_evaluation_points(data):
+    (X, y, g), (Xv, yv, gv) = data  # 120 training queries
+    m = NeuralRanker(hidden=(), max_steps=37).fit(X, y, g)
+    assert m.batch_queries_ == 15 and m.n_steps_ == 37 and m.best_step_ == 37
+    assert m.best_iteration_ == 5  # 8 steps an epoch: 4 epoch ends and the budget's end
+    assert len(m.train_loss_) == 5
+    m = NeuralRanker(hidden=(), max_steps=23, eval_every=5, patience_steps=1000)
+    m.fit(X, y, g, eval_set=(Xv, yv, gv))
+    assert m.history_steps_ == [5, 10, 15, 20, 23] and len(m.history_) == 5
+    assert m.best_step_ == m.history_steps_[m.best_iteration_ - 1]
+    assert m.history_[m.best_iteration_ - 1] == m.best_score_ == max(m.history_)
+    # the epoch schedule of earlier versions: one evaluation per epoch
+    m = NeuralRanker(hidden=(), batch_queries=16, max_epochs=3, patience=10)
+    m.fit(X, y, g, eval_set=(Xv, yv, gv))
+    assert m.n_steps_ == 3 * 8 and m.history_steps_ == [8, 16, 24]
+
+
+@pytest.mark.parametrize("kw,gap", [(dict(patience_steps=3, eval_every=1), 3),
+                                    (dict(patience=2, eval_every=2), 4)])
+def test_patience_in_steps_and_in_evaluations(data, kw, gap):
+    (X, y, g), (Xv, yv, gv) = data
+    # a learning rate too small to change the ranking: no evaluation beats the first one
+    m = NeuralRanker(hidden=(), lr=1e-9, max_steps=500, **kw).fit(X, y, g, eval_set=(Xv, yv, gv))
+    assert m.n_steps_ < 500
+    assert m.n_steps_ - m.best_step_ == gap
+    assert m.best_iteration_ == 1
+
+
+def test_default_schedule_trains_small_data_further():
+    # 60 training queries: the old schedule (128 queries a batch, 100 epochs) is 100 steps on
+    # one batch; the default step budget trains further (lower training loss)
+    X, y, g = make_data(60, seed=3)
+    Xv, yv, gv = make_data(40, seed=4)
+    old = NeuralRanker(hidden=(), batch_queries=128, max_epochs=100, patience=10)
+    new = NeuralRanker(hidden=())
+    old.fit(X, y, g, eval_set=(Xv, yv, gv))
+    new.fit(X, y, g, eval_set=(Xv, yv, gv))
+    assert new.batch_queries_ == 8 and old.n_steps_ <= 100
+    assert new.n_steps_ > 1000
+    assert min(new.train_loss_) < min(old.train_loss_)
+
+
 def test_fit_without_eval_set_and_global_state_untouched(data):
     (X, y, g), _ = data
     torch.manual_seed(123)
@@ -493,6 +625,18 @@ G_ = [3, 3]
         (dict(hidden=(4, 0)), (X_, Y_, G_), "hidden"),
         (dict(batch_queries=0), (X_, Y_, G_), "batch_queries"),
         (dict(max_epochs=0), (X_, Y_, G_), "max_epochs"),
+        (dict(max_steps=0), (X_, Y_, G_), "max_steps"),
+        (dict(max_steps=2.5), (X_, Y_, G_), "max_steps"),
+        (dict(max_steps=5, max_epochs=1), (X_, Y_, G_), "not both"),
+        (dict(patience=0), (X_, Y_, G_), "patience"),
+        (dict(patience_steps=-1), (X_, Y_, G_), "patience_steps"),
+        (dict(patience=2, patience_steps=10), (X_, Y_, G_), "not both"),
+        (dict(eval_every=0), (X_, Y_, G_), "eval_every"),
+        (dict(gumbel_samples=-1), (X_, Y_, G_), "gumbel_samples"),
+        (dict(gumbel_samples=True), (X_, Y_, G_), "gumbel_samples"),
+        (dict(gumbel_samples=8, loss="listnet"), (X_, Y_, G_), "gumbel_samples applies"),
+        (dict(gumbel_scale=-0.5), (X_, Y_, G_), "gumbel_scale"),
+        (dict(gumbel_scale=math.nan), (X_, Y_, G_), "gumbel_scale"),
         (dict(eval_metric="auc"), (X_, Y_, G_), "eval_metric"),
         (dict(eval_at=0), (X_, Y_, G_), "eval_at"),
         ({}, (X_, Y_, [3, 2]), "add up"),
