@@ -74,7 +74,7 @@ DEFAULT_METHODS = [
     "xgb:approx_ndcg",
     "xgb:approx_ap",
     # ApproxNDCG with swap-value (chord) pair forces, with and without label-aware positions.
-    "lgb:approx_ndcg(pair_force=chord)",
+    "lgb:approx_ndcg(pair_force=chord,hessian=bound)",
     "lgb:approx_ndcg(positions=label_aware,pair_force=chord)",
     # Rows for the cross-metric matrix (Yilmaz & Robertson 2009): the same smoothing, a
     # truncated target measure. For k=1 the default truncation sharpness beta=10 learns
