@@ -85,34 +85,53 @@ def _need_exact(mode):
     return mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
 
 
-@njit(cache=True)
-def _query(job, big, s, gains, iz, rel_local, wts, alpha, kind, k, beta, theta, mode, floor,
-           constant, normalize, grad, hess, pos, order, W, A, Hc, nt):
-    """One query, every step; ``big`` splits the pair loops across ``nt`` threads. Returns the
-    query's value for ``JOB_VALUE`` (0 otherwise)."""
-    n = s.shape[0]
+@njit(inline="always", cache=True)
+def _positions_step(big, s, order, alpha, W, nt):
     if big:
         _sorted_positions_par(s, order, alpha, W, nt)
     else:
         _sorted_positions(s, order, alpha, W)
-    if job == JOB_POSITIONS:
-        _scatter(n, W.pos, order, pos)
-        return 0.0
-    R = 0
-    if kind == KIND_AP:
-        R = ap_relevant(n, W, A, order, rel_local, beta)
-        if job == JOB_VALUE:
-            return ap_value_sum(R, A, iz)
-        ap_ve(n, R, W, A, beta, iz)
-    else:
-        separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
-    need_exact = _need_exact(mode)
+
+
+@njit(inline="always", cache=True)
+def _chain_step(big, n, W, need_exact, nt):
     if big:
         _sorted_chain_par(n, W, need_exact, nt)
     else:
         _sorted_chain(n, W, need_exact)
+
+
+@njit(cache=True)
+def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
+           normalize, grad, hess, pos, order, W, nt):
+    """One query of a separable measure (or only its positions), every step; ``big`` splits
+    the pair loops across ``nt`` threads."""
+    n = s.shape[0]
+    _positions_step(big, s, order, alpha, W, nt)
+    if job == JOB_POSITIONS:
+        _scatter(n, W.pos, order, pos)
+    else:
+        separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
+        need_exact = _need_exact(mode)
+        _chain_step(big, n, W, need_exact, nt)
+        _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
+                       W.v[:0], wts, grad, hess)
+
+
+@njit(cache=True)
+def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
+              grad, hess, order, W, A, Hc, nt):
+    """One query of ApproxAP, every step. Returns the query's value for ``JOB_VALUE``."""
+    n = s.shape[0]
+    _positions_step(big, s, order, alpha, W, nt)
+    R = ap_relevant(n, W, A, order, rel_local, beta)
+    if job == JOB_VALUE:
+        return ap_value_sum(R, A, iz)
+    ap_ve(n, R, W, A, beta, iz)
+    need_exact = _need_exact(mode)
+    _chain_step(big, n, W, need_exact, nt)
     off = A.off[:0]
-    if need_exact and kind == KIND_AP:
+    if need_exact:
         ap_offdiag(n, R, W, A, beta, iz, Hc)
         off = A.off[:n]
     _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off,
@@ -165,10 +184,15 @@ def _run(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
             if b == a or (job == JOB_VALUE and inv_z[q] == 0.0):
                 continue
             w_q = weights[a:b] if weights.shape[0] > 0 else weights
-            rel_q = rel_idx[rel_ptr[q]:rel_ptr[q + 1]] if coupled else rel_idx[:0]
-            out[q] = _query(job, False, s[a:b], gains[a:b], inv_z[q], rel_q, w_q, alpha, kind,
-                            k, beta, theta, mode, floor, constant, normalize, grad[a:b],
-                            hess[a:b], pos[a:b], order[a:b], W, A, Hc, nt)
+            if coupled:
+                out[q] = _query_ap(job, False, s[a:b], inv_z[q],
+                                   rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
+                                   floor, constant, normalize, grad[a:b], hess[a:b],
+                                   order[a:b], W, A, Hc, nt)
+            else:
+                _query(job, False, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta,
+                       theta, mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
+                       order[a:b], W, nt)
     for q in range(nq):
         a = group_ptr[q]
         b = group_ptr[q + 1]
@@ -183,11 +207,15 @@ def _run(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
         nr = rel_ptr[q + 1] - rel_ptr[q] if coupled else 0
         hq = nr if (coupled and need_exact and nr <= _H_CACHE_MAX) else 0
         w_q = weights[a:b] if weights.shape[0] > 0 else weights
-        rel_q = rel_idx[rel_ptr[q]:rel_ptr[q + 1]] if coupled else rel_idx[:0]
-        out[q] = _query(job, True, s[a:b], gains[a:b], inv_z[q], rel_q, w_q, alpha, kind, k,
-                        beta, theta, mode, floor, constant, normalize, grad[a:b], hess[a:b],
-                        pos[a:b], order[a:b], pair_work(n), ap_work(n if coupled else 0),
-                        np.empty((hq, hq)), nt)
+        if coupled:
+            out[q] = _query_ap(job, True, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
+                               w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
+                               hess[a:b], order[a:b], pair_work(n), ap_work(n),
+                               np.empty((hq, hq)), nt)
+        else:
+            _query(job, True, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
+                   mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
+                   order[a:b], pair_work(n), nt)
 
 
 _NO_REL = np.zeros(1, dtype=np.int64)

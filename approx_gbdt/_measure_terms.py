@@ -6,7 +6,8 @@ A separable measure of one query is
 
 with a per-document gain ``g_i`` and a per-query normaliser ``inv_z`` (both computed once per
 dataset, in NumPy, by the objective) and a position term ``t`` selected by an integer kind
-(``TERM_*``; an integer keeps every kernel compiled once and cacheable). The smoothed
+(``TERM_*``; an integer keeps every kernel compiled once and cacheable). ``torch_term`` is
+the same ``t`` on PyTorch tensors. The smoothed
 truncation ``T_k(p) = sig(beta (k + 1/2 - p))`` applies when ``k > 0`` (``T = 1`` otherwise).
 Then ``v_i = inv_z g_i t'(pos^_i)`` and ``e_i = inv_z g_i t''(pos^_i)``, and the pair loops
 (``_pairs``) do the rest.
@@ -95,7 +96,7 @@ def ideal_value(gains, group_ptr, kind, k, theta):
     return out
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def separable_ve(n, W, gains, order, iz, kind, k, beta, theta):
     """``W.v`` and ``W.e`` in sorted order for a separable measure."""
     for r in range(n):
@@ -307,7 +308,7 @@ def ap_offdiag(n, R, W, A, beta, ir, Hc):
         A.off[k] = 2.0 * tot * ir
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def ap_ve(n, R, W, A, beta, ir):
     """``W.v`` and ``W.e`` in sorted order for ApproxAP (zero on the irrelevant documents)."""
     v = W.v[:n]
@@ -325,10 +326,24 @@ def ap_ve(n, R, W, A, beta, ir):
                  + beta * beta * A.tc[a]) * ir
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def ap_value_sum(R, A, ir):
     """ApproxAP of a query from the sums of :func:`ap_relevant`."""
     acc = 0.0
     for a in range(R):
         acc += A.qr[a] * (1.0 + A.s[a])
     return acc * ir
+
+
+def torch_term(kind, p, k, beta, theta):
+    """``t(p)`` on a tensor of smoothed positions (the PyTorch twin of ``_term``, for the
+    neural losses and the autograd tests; tensor methods only, so torch stays optional)."""
+    if kind == TERM_LOG:
+        t = _LN2 / p.log1p()
+    elif kind == TERM_RECIP:
+        t = 1.0 / p
+    else:
+        t = p * 0.0 + 1.0
+    if k > 0:
+        t = t * (beta * (k + 0.5 - p)).sigmoid()
+    return t

@@ -402,7 +402,7 @@ def _par_chain(x, ex, jend, bend, v, ee, need_exact, g, bnd, aa, ab, aw, buf):
         aw[r] = s4
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _sorted_prep(s, order, alpha, W):
     """Sort the query, gather x, build windows and exp blocks (sequential, O(n) after sort)."""
     n = s.shape[0]
@@ -411,7 +411,7 @@ def _sorted_prep(s, order, alpha, W):
     _windows(W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n])
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _sorted_positions(s, order, alpha, W):
     """Sorted-order positions ``W.pos`` of one query, on the calling thread."""
     n = s.shape[0]
@@ -430,7 +430,7 @@ def _sorted_positions_par(s, order, alpha, W, nt):
     _par_positions(W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.pos[:n], np.empty((nt, n)))
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _sorted_chain(n, W, need_exact):
     """Sorted-order chain-rule sums of one query, on the calling thread."""
     g = W.g[:n]
@@ -455,7 +455,7 @@ def _sorted_chain_par(n, W, need_exact, nt):
                W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off,
                    wts, grad, hess):
     """Combine the sums into the gradient and Hessian of L, normalise, weight and scatter.
