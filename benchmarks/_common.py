@@ -26,13 +26,15 @@ Methods
 - ``lgb:approx_ndcg``, ``lgb:approx_ap``, ``lgb:lambdarank``, ``lgb:rank_xendcg``;
 - ``xgb:approx_ndcg``, ``xgb:approx_ap``, ``xgb:rank:ndcg``, ``xgb:rank:map``,
   ``xgb:rank:pairwise``;
+- every other registered objective of :data:`approx_gbdt.MEASURES` on ``lgb`` and ``xgb``
+  (``lgb:approx_mrr``, ``xgb:approx_precision(k=5)``, ...);
 - ``nn:approx_ndcg``, ``nn:approx_ap``, ``nn:ranknet``, ``nn:listnet``, ``nn:listmle``
   (:class:`approx_gbdt.neural.NeuralRanker`, B64 network of Bruch et al. 2019; needs torch).
 
 Options that are constructor arguments of the objective (``alpha``, ``beta``, ``k``,
-``hessian``, ``hessian_floor``, ``normalize``, ...) build a new :class:`ApproxNDCG` /
-:class:`ApproxAP` from the *current* defaults of ``approx_ndcg_obj`` / ``approx_ap_obj`` with
-those values changed; without options the package's default instance itself is used, so a
+``hessian``, ``hessian_floor``, ``normalize``, ...) build a new objective from the *current*
+defaults of its ready-made instance (``approx_ndcg_obj``, ...) with those values changed
+(``objective.replace``); without options the package's default instance itself is used, so a
 change of the package defaults changes the benchmark. Any other option is a booster
 parameter (LightGBM / XGBoost) or a :class:`NeuralRanker` argument, applied last (it
 overrides the protocol and the grid).
@@ -41,7 +43,6 @@ overrides the protocol and the grid).
 from __future__ import annotations
 
 import ast
-import inspect
 import os
 import platform
 import re
@@ -53,6 +54,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+from approx_gbdt.measures import MEASURES as OBJECTIVES
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -218,7 +221,7 @@ NATIVE = {
     "lgb": ("lambdarank", "rank_xendcg"),
     "xgb": ("rank:ndcg", "rank:map", "rank:pairwise"),
 }
-APPROX = ("approx_ndcg", "approx_ap")
+APPROX = tuple(OBJECTIVES)  # approx_ndcg, approx_ap, approx_mrr, ... (the registry)
 NN_LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
 NN_HIDDEN = (64, 32, 16)  # Bruch et al. (2019)'s B64
 
@@ -295,26 +298,17 @@ def split_methods(items) -> list[str]:
 
 
 def _default_objective(name):
-    import approx_gbdt
-
-    return {"approx_ndcg": approx_gbdt.approx_ndcg_obj, "approx_ap": approx_gbdt.approx_ap_obj}[
-        name
-    ]
+    return OBJECTIVES[name].instance
 
 
 def _objective_params(name) -> list[str]:
-    cls = type(_default_objective(name))
-    return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    return list(_default_objective(name).get_params())
 
 
 def make_objective(name: str, options: dict):
     """The package's default objective, or a copy of its settings with ``options`` changed."""
     default = _default_objective(name)
-    if not options:
-        return default
-    params = {p: getattr(default, p) for p in _objective_params(name) if hasattr(default, p)}
-    params.update(options)
-    return type(default)(**params)
+    return default.replace(**options) if options else default
 
 
 def split_options(method: Method) -> tuple[dict, dict]:
