@@ -17,6 +17,7 @@ Position terms (``base``, with ``p`` the smoothed position, ``p >= 1``):
     TERM_LOG    1 / log2(1 + p)            DCG discount (ApproxNDCG, ApproxDCG)
     TERM_RECIP  1 / p                      reciprocal rank (ApproxMRR)
     TERM_ONE    1                          with k: smoothed top-k indicator (precision, recall)
+    TERM_GEOM   theta^(p - 1)              rank-biased precision, persistence theta (ApproxRBP)
 
 ApproxAP couples its relevant documents, ``M = (1/R) sum_a q_a (1 + sum_{b != a}
 sig(beta (p_a - p_b)))`` with ``q_a = 1 / p_a``; its ``v``, ``e`` and the off-diagonal part of the
@@ -38,6 +39,7 @@ from approx_gbdt._pairs import _FM, _sig_pair, _window_starts, _windows
 TERM_LOG = 0
 TERM_RECIP = 1
 TERM_ONE = 2
+TERM_GEOM = 3
 
 _LN2 = math.log(2.0)
 _H_CACHE_MAX = 1024
@@ -55,6 +57,10 @@ def _base(kind, p, theta):
     if kind == TERM_RECIP:
         d0 = 1.0 / p
         return d0, -d0 * d0, 2.0 * d0 * d0 * d0
+    if kind == TERM_GEOM:
+        lt = math.log(theta)
+        d0 = math.exp((p - 1.0) * lt)
+        return d0, d0 * lt, d0 * lt * lt
     return 1.0, 0.0, 0.0
 
 
@@ -342,6 +348,8 @@ def torch_term(kind, p, k, beta, theta):
         t = _LN2 / p.log1p()
     elif kind == TERM_RECIP:
         t = 1.0 / p
+    elif kind == TERM_GEOM:
+        t = theta ** (p - 1.0)
     else:
         t = p * 0.0 + 1.0
     if k > 0:

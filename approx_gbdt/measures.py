@@ -20,6 +20,7 @@ into the gradient and every Hessian approximation are shared by all measures.
 - ApproxMRR: gain ``r``, Z = sum_{i <= R} 1/i (the best value), b(p) = 1 / p.
 - ApproxPrecision@k: gain ``r``, Z = k, b = 1 (only the truncation).
 - ApproxRecall@k: gain ``r``, Z = R, b = 1.
+- ApproxRBP: gain ``r``, Z = 1 / (1 - theta), b(p) = theta^(p - 1).
 - ApproxAP couples the relevant documents (not separable); it has its own term.
 
 with binary relevance :math:`r_i = 1[y_i \ge \mathrm{threshold}]` and :math:`R = \sum_i r_i`.
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from approx_gbdt import metrics
-from approx_gbdt._measure_terms import TERM_LOG, TERM_ONE, TERM_RECIP, ideal_value
+from approx_gbdt._measure_terms import TERM_GEOM, TERM_LOG, TERM_ONE, TERM_RECIP, ideal_value
 from approx_gbdt.objectives import (
     ApproxAP,
     ApproxNDCG,
@@ -55,11 +56,13 @@ __all__ = [
     "ApproxDCG",
     "ApproxMRR",
     "ApproxPrecision",
+    "ApproxRBP",
     "ApproxRecall",
     "MeasureInfo",
     "approx_dcg_obj",
     "approx_mrr_obj",
     "approx_precision10_obj",
+    "approx_rbp_obj",
     "approx_recall10_obj",
     "parse_objective",
 ]
@@ -287,13 +290,63 @@ class ApproxRecall(ApproxPrecision):
         return _inverse(_relevant_counts(gains, group_ptr))
 
 
-for _cls in (ApproxDCG, ApproxMRR, ApproxPrecision, ApproxRecall):
+class ApproxRBP(_Separable):
+    r"""Negative ApproxRBP (rank-biased precision, Moffat & Zobel 2008) as a boosting objective.
+
+    .. math:: \mathrm{ApproxRBP} = (1 - \theta) \sum_i r_i \, \theta^{\hat\pi_i - 1}
+
+    with the persistence :math:`\theta` (the probability that a user goes on to the next
+    document): a geometric discount, steep at the top for a small :math:`\theta`. Not
+    normalised by the ideal ranking (RBP's definition); lies in [0, 1). A query with
+    :math:`R = 0` or a single document contributes nothing.
+
+    Parameters
+    ----------
+    alpha : float, default 10.0
+        Sharpness of the smoothed positions.
+    persistence : float, default 0.8
+        :math:`\theta`, in (0, 1).
+    threshold : float, default 1.0
+        Labels at or above it are relevant.
+    {hessian}
+
+    Examples
+    --------
+    >>> obj = ApproxRBP(alpha=100.0, persistence=0.5)
+    >>> obj.value([3.0, 2.0, 1.0], [1, 0, 2], [0, 3]).round(4).tolist()   # 0.5 (1 + 0.25)
+    [0.625]
+    """
+
+    term = TERM_GEOM
+
+    def __init__(self, *, alpha=10.0, persistence=0.8, threshold=1.0, hessian="mixed",
+                 hessian_floor=0.1, hessian_constant=1.0, normalize=True):
+        self._init(alpha=alpha, threshold=threshold, hessian=hessian,
+                   hessian_floor=hessian_floor, hessian_constant=hessian_constant,
+                   normalize=normalize)
+        p = _positive_float("persistence", persistence)
+        if p >= 1.0:
+            raise ValueError(f"persistence must be in (0, 1), got {persistence!r}")
+        self.persistence = self._theta = p
+
+    def inverse_normaliser(self, gains, group_ptr):
+        return (_relevant_counts(gains, group_ptr) > 0) * (1.0 - self.persistence)
+
+    def _prep_key(self):
+        return (*super()._prep_key(), self.persistence)
+
+    def _options(self):
+        return f", persistence={self.persistence:g}" + super()._options()
+
+
+for _cls in (ApproxDCG, ApproxMRR, ApproxPrecision, ApproxRecall, ApproxRBP):
     _cls.__doc__ = _cls.__doc__.replace("{hessian}", _HESSIAN_DOC)
 
 approx_dcg_obj = ApproxDCG()
 approx_mrr_obj = ApproxMRR()
 approx_precision10_obj = ApproxPrecision(k=10)
 approx_recall10_obj = ApproxRecall(k=10)
+approx_rbp_obj = ApproxRBP()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,6 +411,12 @@ MEASURES = _register(
         "approx_recall", ApproxRecall, approx_recall10_obj, "required",
         lambda s, y, p, o: metrics.recall(s, y, p, k=o.k, threshold=o.threshold),
         "(1/R) sum_i r_i T_k(pos_i)",
+    ),
+    MeasureInfo(
+        "approx_rbp", ApproxRBP, approx_rbp_obj, "none",
+        lambda s, y, p, o: metrics.rbp(s, y, p, persistence=o.persistence,
+                                       threshold=o.threshold),
+        "(1 - theta) sum_i r_i theta^(pos_i - 1)",
     ),
     MeasureInfo(
         "approx_ap", ApproxAP, approx_ap_obj, "none",
