@@ -379,7 +379,8 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
 
     # -- paired tests -------------------------------------------------------------------------
     names = [m.name for m in methods]
-    for reference in dict.fromkeys([*REFERENCES, *args.also_paired]):
+    for reference in dict.fromkeys([*REFERENCES, *(C.parse_method(n).name
+                                                 for n in args.also_paired)]):
         if reference not in names:
             continue
         ref = values[reference]
@@ -504,6 +505,10 @@ def main(argv=None):
     args = parse_args(argv)
     folds = C.load_folds(args.data, args.folds)
     methods = resolve_methods(args, folds)
+    missing = [n for n in args.also_paired
+               if C.parse_method(n).name not in {m.name for m in methods}]
+    if missing:
+        raise SystemExit(f"--also-paired: not among the methods run: {', '.join(missing)}")
     budget = {
         "rounds": args.rounds, "patience": args.patience, "nn_epochs": args.nn_epochs,
         "nn_patience": args.nn_patience, "threads": args.threads,
