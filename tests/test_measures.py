@@ -70,7 +70,7 @@ def _autograd(obj, s, y, ptr):
         m = _torch_measure(obj, prep, q)
         st = torch.tensor(s[ptr[q]:ptr[q + 1]], requires_grad=True)
         value = m(st)
-        values.append(float(value))
+        values.append(float(value.detach()))
         if value.requires_grad and ptr[q + 1] - ptr[q] > 1:
             (g,) = torch.autograd.grad(-value, st)
             h = torch.autograd.functional.hessian(lambda t, m=m: -m(t), st.detach())
