@@ -13,8 +13,9 @@ The scheduler here runs queries below ``par_min`` documents one per thread (per-
 space allocated once per call) and longer queries one after the other with their rows split
 across threads. Every query goes through the same steps: positions, the measure's ``v`` and
 ``e``, the chain-rule sums, (for ApproxAP's exact diagonal) the off-diagonal part, and the
-combination into the gradient and Hessian of ``L = -M``. Nothing of size n is allocated per
-iteration except the returned gradient and Hessian; the sort order persists in ``order``.
+combination into the gradient and Hessian of ``L = -M``. Apart from the returned gradient and
+Hessian, only the long queries allocate work space of their size per call; the sort order
+persists between calls in ``order``.
 """
 
 from __future__ import annotations

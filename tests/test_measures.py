@@ -70,7 +70,7 @@ def _autograd(obj, s, y, ptr):
         m = _torch_measure(obj, prep, q)
         st = torch.tensor(s[ptr[q]:ptr[q + 1]], requires_grad=True)
         value = m(st)
-        values.append(float(value))
+        values.append(float(value.detach()))
         if value.requires_grad and ptr[q + 1] - ptr[q] > 1:
             (g,) = torch.autograd.grad(-value, st)
             h = torch.autograd.functional.hessian(lambda t, m=m: -m(t), st.detach())
@@ -192,3 +192,43 @@ def test_measures_train_with_lightgbm():
         pred = booster.predict(data.X)
         assert np.isfinite(pred).all() and pred.std() > 0, name
     assert math.isfinite(float(pred.sum()))
+
+
+def _padded(s, y, ptr):
+    sizes = np.diff(ptr)
+    S = torch.zeros(len(sizes), sizes.max(), dtype=torch.float64)
+    Y = torch.zeros_like(S)
+    M = torch.zeros(S.shape, dtype=torch.bool)
+    for q, (a, b) in enumerate(zip(ptr[:-1], ptr[1:])):
+        S[q, :b - a] = torch.tensor(s[a:b])
+        Y[q, :b - a] = torch.tensor(y[a:b])
+        M[q, :b - a] = True
+    return S, Y, M
+
+
+def _torch_losses():
+    pytest.importorskip("torch")
+    from approx_gbdt import _torch_measures
+
+    return _torch_measures.LOSSES
+
+
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n.partition("@")[0] not in
+                                  ("approx_ndcg", "approx_ap")])
+def test_neural_loss_is_the_objective(name):
+    from approx_gbdt import _torch_measures
+    from approx_gbdt.neural import NeuralRanker, smooth_positions
+
+    assert name.partition("@")[0] in _torch_losses()
+    obj = parse_objective(name)
+    s, y, ptr = _data(3, ties=True)
+    S, Y, M = _padded(s, y, ptr)
+    v = _torch_measures.separable_measure(obj, S, Y, M, smooth_positions(S, M, alpha=obj.alpha))
+    np.testing.assert_allclose(v.numpy(), obj.value(s, y, ptr), rtol=1e-10, atol=1e-13)
+
+    data = approx_gbdt.make_ranking(40, docs_per_query=(5, 15), n_features=6, n_informative=3,
+                                   seed=1)
+    ranker = NeuralRanker(loss=name.partition("@")[0], hidden=(8,), max_epochs=2,
+                          k=obj.k if "@" in name else None)
+    ranker.fit(data.X, data.y, np.diff(data.group_ptr))
+    assert np.isfinite(ranker.predict(data.X)).all()
