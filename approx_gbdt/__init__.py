@@ -1,5 +1,7 @@
-"""approx_gbdt: ApproxNDCG and ApproxAP as custom objectives for LightGBM and XGBoost."""
+"""approx_gbdt: smoothed ranking measures (ApproxNDCG, ApproxAP, ApproxMRR, ...) as custom
+objectives for LightGBM and XGBoost."""
 
+from approx_gbdt import measures as _measures
 from approx_gbdt.adarank import AdaRank
 from approx_gbdt.datasets import (
     LetorFold,
@@ -9,6 +11,7 @@ from approx_gbdt.datasets import (
     make_ranking,
     make_ranking_splits,
 )
+from approx_gbdt.measures import *  # noqa: F403  (the registered objectives, measures.__all__)
 from approx_gbdt.metrics import (
     average_precision,
     evaluate,
@@ -18,6 +21,8 @@ from approx_gbdt.metrics import (
     mrr,
     ndcg,
     precision,
+    rbp,
+    recall,
 )
 from approx_gbdt.objectives import (
     ApproxAP,
@@ -78,5 +83,8 @@ __all__ = [
     "mrr",
     "ndcg",
     "precision",
+    "rbp",
+    "recall",
     "smoothed_positions",
+    *_measures.__all__,
 ]

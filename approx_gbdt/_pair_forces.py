@@ -56,15 +56,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._kernels import (
-    _T,
-    HESS_ABS,
-    HESS_EXACT,
-    HESS_MIXED,
-    _finish_query,
-    _hessian_of_loss,
-    _ndcg_term,
-)
+from approx_gbdt._measure_terms import _term
+from approx_gbdt._pairs import _T, HESS_ABS, HESS_EXACT, HESS_MIXED, _hessian_of_loss
+from approx_gbdt._reference import finish_query
 
 _INV_LN2 = 1.0 / math.log(2.0)
 # Below this gap of smoothed positions the chord slope is the mean of the two tangents
@@ -122,8 +116,8 @@ def _window(s, alpha, aware, o, jst, jend):
 
 
 @njit(cache=True)
-def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, o, jst, jend,
-           pos, f0, f1, v, e, g, bnd, aa, dd, ww):
+def _query(s, y, gains, iz, alpha, kind, k, beta, theta, aware, chord, swap, need_exact, o,
+           jst, jend, pos, f0, f1, v, e, g, bnd, aa, dd, ww):
     n = s.shape[0]
     _window(s, alpha, aware, o, jst, jend)
     for r in range(n):
@@ -137,7 +131,7 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, o, j
             pos[i] += pij
             pos[j] += pji
     for i in range(n):
-        t0, t1, t2 = _ndcg_term(pos[i], k, beta)
+        t0, t1, t2 = _term(kind, pos[i], k, beta, theta)
         f0[i] = t0
         f1[i] = t1
         v[i] = gains[i] * t1 * iz
@@ -185,10 +179,11 @@ def _query(s, y, gains, iz, alpha, k, beta, aware, chord, swap, need_exact, o, j
 
 
 @njit(parallel=True, cache=True)
-def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, k, beta, aware, chord,
-                         swap, mode, floor, constant, normalize, grad, hess):
+def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
+                         aware, chord, swap, mode, floor, constant, normalize, grad, hess):
     """Gradient and Hessian of ``L = -sum_q M_q`` for label-aware positions and/or chord
-    forces (see the module docstring); the other arguments as ``ndcg_grad_hess``."""
+    forces (see the module docstring) of the separable measure with position term ``kind``
+    (``_measure_terms``); the other arguments as ``_kernels.grad_hess``."""
     need_exact = mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
     alpha2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
@@ -205,8 +200,8 @@ def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, k, beta,
         bnd, aa, dd, ww = work[5], work[6], work[7], work[8]
         idx = np.empty((3, n), dtype=np.int64)
         gq = grad[a:b]
-        _query(s[a:b], y[a:b], gains[a:b], inv_z[q], alpha, k, beta, aware, chord, swap,
-               need_exact, idx[0], idx[1], idx[2], pos, f0, f1, v, e, gq, bnd, aa, dd, ww)
+        _query(s[a:b], y[a:b], gains[a:b], inv_z[q], alpha, kind, k, beta, theta, aware, chord,
+               swap, need_exact, idx[0], idx[1], idx[2], pos, f0, f1, v, e, gq, bnd, aa, dd, ww)
         hq = hess[a:b]
         for i in range(n):
             exact_m = 0.0
@@ -215,7 +210,7 @@ def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, k, beta,
             gq[i] = -gq[i]
             hq[i] = _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bnd[i])
         w_q = weights[a:b] if weights.shape[0] > 0 else weights
-        _finish_query(gq, hq, w_q, normalize)
+        finish_query(gq, hq, w_q, normalize)
 
 
 @njit(parallel=True, cache=True)

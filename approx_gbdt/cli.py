@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import inspect
-import re
 import subprocess
 import sys
 import textwrap
@@ -28,7 +26,6 @@ import numpy as np
 __all__ = ["CLIError", "main"]
 
 PROG = "approx-gbdt"
-APPROX = ("approx_ndcg", "approx_ap")
 NATIVE = {
     "lightgbm": ("lambdarank", "rank_xendcg"),
     "xgboost": ("rank:ndcg", "rank:map", "rank:pairwise"),
@@ -115,8 +112,21 @@ def _pad(data, width):
     return data if missing <= 0 else data._replace(X=np.pad(data.X, ((0, 0), (0, missing))))
 
 
+def _approx_names():
+    """The registered objectives as the command line writes them (``approx_ndcg@K``, ...)."""
+    from approx_gbdt.measures import MEASURES
+
+    names = []
+    for name, info in MEASURES.items():
+        if info.cutoff != "required":
+            names.append(name)
+        if info.cutoff != "none":
+            names.append(f"{name}@K")
+    return tuple(names)
+
+
 def _all_objectives():
-    names = ["approx_ndcg", "approx_ndcg@K", "approx_ap"]
+    names = list(_approx_names())
     for backend, native in NATIVE.items():
         names.append(f"{', '.join(native)} ({backend})")
     return ", ".join(names)
@@ -124,18 +134,27 @@ def _all_objectives():
 
 def _parse_objective(name, backend, k):
     """``(base name, k)`` for a valid name on ``backend``; CLIError otherwise."""
-    match = re.fullmatch(r"approx_ndcg@(\d+)", name)
-    if match:
-        if k is not None and k != int(match.group(1)):
-            raise _usage(f"--objective {name} and --k {k} disagree")
-        return "approx_ndcg", int(match.group(1))
-    if name in APPROX or name in NATIVE[backend]:
+    from approx_gbdt.measures import MEASURES
+
+    base, at, cutoff = name.partition("@")
+    info = MEASURES.get(base)
+    if info is not None:
+        if at:
+            if info.cutoff == "none":
+                raise _usage(f"objective {name!r}: {base} takes no cutoff")
+            if not cutoff.isdigit() or int(cutoff) < 1:
+                raise _usage(f"objective {name!r}: the cutoff must be a positive integer")
+            if k is not None and k != int(cutoff):
+                raise _usage(f"--objective {name} and --k {k} disagree")
+            return base, int(cutoff)
+        return base, k
+    if name in NATIVE[backend]:
         return name, k
     for other, native in NATIVE.items():
         if name in native:
             raise _usage(
                 f"objective {name!r} needs --backend {other}; for --backend {backend} use one "
-                f"of: {', '.join(('approx_ndcg', 'approx_ndcg@K', 'approx_ap') + NATIVE[backend])}"
+                f"of: {', '.join(_approx_names() + NATIVE[backend])}"
             )
     raise _usage(f"unknown objective {name!r}; valid objectives: {_all_objectives()}")
 
@@ -143,26 +162,22 @@ def _parse_objective(name, backend, k):
 def _approx_objective(name, **given):
     """The ready-made objective, or a new one with the given options overriding its settings.
 
-    Settings that are not given are read from the ready-made instance (``approx_ndcg_obj`` or
-    ``approx_ap_obj``) through the class signature, so the command line always starts from the
-    package's defaults.
+    Settings that are not given are those of the ready-made instance (``approx_ndcg_obj``,
+    ``approx_mrr_obj``, ...; ``objective.replace``), so the command line always starts from
+    the package's defaults.
     """
-    from approx_gbdt.objectives import ApproxAP, ApproxNDCG, approx_ap_obj, approx_ndcg_obj
+    from approx_gbdt.measures import MEASURES
 
-    if name == "approx_ndcg":
-        cls, ready = ApproxNDCG, approx_ndcg_obj
-    else:
-        cls, ready = ApproxAP, approx_ap_obj
+    ready = MEASURES[name].instance
     given = {key: value for key, value in given.items() if value is not None}
     if not given:
         return ready
-    params = inspect.signature(cls).parameters
+    params = ready.get_params()
     for key in given:
         if key not in params:
             raise _usage(f"--{key} does not apply to {name}")
-    settings = {p: getattr(ready, p) for p in params if hasattr(ready, p)}
     try:
-        return cls(**{**settings, **given})
+        return ready.replace(**given)
     except (TypeError, ValueError) as err:
         raise _usage(str(err)) from err
 
@@ -420,7 +435,7 @@ def _parse_params(items):
 def cmd_train(args):
     backend = args.backend
     name, k = _parse_objective(args.objective, backend, args.k)
-    is_approx = name in APPROX
+    is_approx = name not in NATIVE[backend]
     if not is_approx and (args.alpha is not None or k is not None or args.beta is not None):
         raise _usage("--alpha, --k and --beta apply to the approx objectives only")
     _check_boosting_args(args)
@@ -605,6 +620,19 @@ def _wrap(text):
     return textwrap.fill(text, width=78)
 
 
+def _wrap_names(names, width=41):
+    """Comma-separated names in lines of at most ``width`` characters."""
+    lines, line = [], ""
+    for name in names:
+        piece = name if not line else f"{line}, {name}"
+        if len(piece) > width and line:
+            lines.append(line + ",")
+            line = name
+        else:
+            line = piece
+    return [*lines, line]
+
+
 def build_parser():
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -653,8 +681,8 @@ def build_parser():
             "approx_gbdt."
         ),
         epilog="objectives:\n"
-               "  approx_ndcg, approx_ndcg@K, approx_ap      both backends\n"
-               "  lambdarank, rank_xendcg                    lightgbm\n"
+               + "".join(f"  {line:<41}  both backends\n" for line in _wrap_names(_approx_names()))
+               + "  lambdarank, rank_xendcg                    lightgbm\n"
                "  rank:ndcg, rank:map, rank:pairwise         xgboost\n\n"
                "example:\n"
                "  approx-gbdt train --train Fold1/train.txt --valid Fold1/vali.txt \\\n"
@@ -670,7 +698,8 @@ def build_parser():
                    help="model file: LightGBM text (e.g. model.txt) or XGBoost .json/.ubj")
     p.add_argument("--alpha", type=float, help="approx objectives: sharpness of the smoothed "
                                                "positions (default: the package's)")
-    p.add_argument("--k", type=int, help="approx_ndcg: truncation at the top K (ApproxNDCG@K)")
+    p.add_argument("--k", type=int, help="approx objectives with a cutoff: truncation at the "
+                                         "top K (approx_ndcg@K)")
     p.add_argument("--beta", type=float, help="approx objectives: sharpness of the smoothed "
                                               "truncation (ndcg@K) / indicator (ap)")
     p.add_argument("--rounds", type=int, default=1000, help="maximum boosting rounds (1000)")

@@ -54,6 +54,8 @@ __all__ = [
     "ndcg",
     "parse_metric",
     "precision",
+    "rbp",
+    "recall",
 ]
 
 _TIES = ("worst", "stable")
@@ -141,6 +143,43 @@ def _precision_kernel(ranked, group_ptr, k, threshold):
 
 
 @njit(parallel=True, cache=True)
+def _recall_kernel(ranked, group_ptr, k, threshold):
+    n_queries = group_ptr.size - 1
+    out = np.empty(n_queries)
+    for q in prange(n_queries):
+        a = group_ptr[q]
+        b = group_ptr[q + 1]
+        n_rel = 0
+        hits = 0
+        for i in range(b - a):
+            if ranked[a + i] >= threshold:
+                n_rel += 1
+                if i < k:
+                    hits += 1
+        out[q] = hits / n_rel if n_rel > 0 else np.nan
+    return out
+
+
+@njit(parallel=True, cache=True)
+def _rbp_kernel(ranked, group_ptr, persistence, threshold):
+    n_queries = group_ptr.size - 1
+    out = np.empty(n_queries)
+    for q in prange(n_queries):
+        a = group_ptr[q]
+        b = group_ptr[q + 1]
+        n_rel = 0
+        total = 0.0
+        weight = 1.0 - persistence
+        for i in range(b - a):
+            if ranked[a + i] >= threshold:
+                n_rel += 1
+                total += weight
+            weight *= persistence
+        out[q] = total if n_rel > 0 else np.nan
+    return out
+
+
+@njit(parallel=True, cache=True)
 def _mrr_kernel(ranked, group_ptr, threshold):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
@@ -207,6 +246,15 @@ def _check_threshold(threshold) -> float:
     if not (math.isfinite(threshold) and threshold > 0):
         raise ValueError(f"threshold must be finite and > 0, got {threshold}")
     return threshold
+
+
+def _check_persistence(persistence) -> float:
+    if isinstance(persistence, bool) or not isinstance(persistence, numbers.Real):
+        raise TypeError(f"persistence must be a real number, got {persistence!r}")
+    persistence = float(persistence)
+    if not 0.0 < persistence < 1.0:
+        raise ValueError(f"persistence must be in (0, 1), got {persistence}")
+    return persistence
 
 
 def _cutoff(k: int | None, n_rows: int) -> int:
@@ -342,6 +390,70 @@ def precision(
     return _precision_kernel(ranked, ptr, k, threshold)
 
 
+def recall(
+    scores, labels, group_ptr, *, k: int, threshold: float = 1.0, ties: str = "worst"
+) -> np.ndarray:
+    r"""Recall at ``k`` of each query, with binary relevance ``r = 1[label >= threshold]``.
+
+    .. math::
+
+        \mathrm{R@k} = \frac{1}{R} \sum_{i=1}^{\min(k, n)} r_{(i)}, \qquad R = \sum_i r_i
+
+    Parameters and ties as in :func:`precision`.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (n_queries,)
+        R@k per query in [0, 1]; NaN where no document is relevant.
+
+    Examples
+    --------
+    >>> recall([3.0, 2.0, 1.0], [1, 0, 2], [0, 3], k=2).tolist()
+    [0.5]
+    """
+    scores, labels, ptr = _check_inputs(scores, labels, group_ptr)
+    k = _check_k(k, required=True)
+    threshold = _check_threshold(threshold)
+    ranked = _ranked_labels(scores, labels, ptr, _check_ties(ties))
+    return _recall_kernel(ranked, ptr, k, threshold)
+
+
+def rbp(
+    scores,
+    labels,
+    group_ptr,
+    *,
+    persistence: float = 0.8,
+    threshold: float = 1.0,
+    ties: str = "worst",
+) -> np.ndarray:
+    r"""Rank-biased precision (Moffat & Zobel 2008) of each query, binary relevance.
+
+    .. math::
+
+        \mathrm{RBP} = (1 - p) \sum_{i=1}^{n} r_{(i)} \, p^{i - 1}, \qquad
+        r = 1[\text{label} \ge \text{threshold}]
+
+    with the persistence ``p`` (the probability that a user goes on to the next document).
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (n_queries,)
+        RBP per query in [0, 1); NaN where no document is relevant (as the other measures
+        here, so that :func:`mean_over_queries` applies the same rule).
+
+    Examples
+    --------
+    >>> rbp([3.0, 2.0, 1.0], [1, 0, 2], [0, 3], persistence=0.5).tolist()
+    [0.625]
+    """
+    scores, labels, ptr = _check_inputs(scores, labels, group_ptr)
+    persistence = _check_persistence(persistence)
+    threshold = _check_threshold(threshold)
+    ranked = _ranked_labels(scores, labels, ptr, _check_ties(ties))
+    return _rbp_kernel(ranked, ptr, persistence, threshold)
+
+
 def mrr(scores, labels, group_ptr, *, threshold: float = 1.0, ties: str = "worst") -> np.ndarray:
     r"""Reciprocal rank of the first relevant document of each query.
 
@@ -405,18 +517,20 @@ def mean_over_queries(values, *, undefined: str = "exclude") -> float:
 
 
 class MetricSpec(NamedTuple):
-    """A parsed metric name: ``measure`` in {"ndcg", "map", "precision", "mrr"}, cutoff ``k``."""
+    """A parsed metric name: ``measure`` in {"ndcg", "map", "precision", "recall", "mrr",
+    "rbp"}, cutoff ``k``."""
 
     name: str
     measure: str
     k: int | None
 
 
-_SPEC_RE = re.compile(r"^(ndcg|map|p|precision|mrr)(?:@(\d+))?$")
+_SPEC_RE = re.compile(r"^(ndcg|map|p|precision|recall|mrr|rbp)(?:@(\d+))?$")
 
 
 def parse_metric(spec: str) -> MetricSpec:
-    """Parse ``"ndcg"``, ``"ndcg@k"``, ``"map"``, ``"map@k"``, ``"p@k"`` or ``"mrr"``.
+    """Parse ``"ndcg"``, ``"ndcg@k"``, ``"map"``, ``"map@k"``, ``"p@k"``, ``"recall@k"``,
+    ``"mrr"`` or ``"rbp"`` (persistence 0.8).
 
     ``"precision@k"`` is accepted for ``"p@k"``. Case and surrounding spaces are ignored.
 
@@ -430,7 +544,8 @@ def parse_metric(spec: str) -> MetricSpec:
     match = _SPEC_RE.match(spec.strip().lower())
     if match is None:
         raise ValueError(
-            f"unknown metric {spec!r}: expected 'ndcg', 'ndcg@k', 'map', 'map@k', 'p@k' or 'mrr'"
+            f"unknown metric {spec!r}: expected 'ndcg', 'ndcg@k', 'map', 'map@k', 'p@k', "
+            "'recall@k', 'mrr' or 'rbp'"
         )
     measure, k = match.group(1), match.group(2)
     measure = "precision" if measure == "p" else measure
@@ -439,8 +554,10 @@ def parse_metric(spec: str) -> MetricSpec:
         raise ValueError(f"metric {spec!r}: the cutoff must be >= 1")
     if measure == "precision" and k is None:
         raise ValueError(f"metric {spec!r}: precision needs a cutoff, e.g. 'p@10'")
-    if measure == "mrr" and k is not None:
-        raise ValueError(f"metric {spec!r}: mrr takes no cutoff")
+    if measure == "recall" and k is None:
+        raise ValueError(f"metric {spec!r}: recall needs a cutoff, e.g. 'recall@10'")
+    if measure in ("mrr", "rbp") and k is not None:
+        raise ValueError(f"metric {spec!r}: {measure} takes no cutoff")
     short = "p" if measure == "precision" else measure
     return MetricSpec(short if k is None else f"{short}@{k}", measure, k)
 
@@ -465,6 +582,10 @@ def _per_query(spec: MetricSpec, ranked, ptr, threshold: float) -> np.ndarray:
         return _ap_kernel(ranked, ptr, _cutoff(spec.k, n_rows), threshold)
     if spec.measure == "precision":
         return _precision_kernel(ranked, ptr, spec.k, threshold)
+    if spec.measure == "recall":
+        return _recall_kernel(ranked, ptr, spec.k, threshold)
+    if spec.measure == "rbp":
+        return _rbp_kernel(ranked, ptr, 0.8, threshold)
     return _mrr_kernel(ranked, ptr, threshold)
 
 

@@ -47,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
+from approx_gbdt import _torch_measures
 from approx_gbdt.metrics import average_precision, mean_over_queries, ndcg
 from approx_gbdt.utils import group_ptr_from_sizes
 
@@ -62,7 +63,8 @@ __all__ = [
     "smooth_positions",
 ]
 
-LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
+# the other registered measures (approx_mrr, approx_precision, ...): approx_gbdt._torch_measures
+LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle", *_torch_measures.LOSSES)
 # Losses that accept Gumbel-perturbed scores (NeuralRanker(gumbel_samples=...)).
 GUMBEL_LOSSES = ("approx_ndcg", "approx_ap")
 
@@ -753,6 +755,11 @@ class NeuralRanker(BaseEstimator):
             per_q = -approx_ap(
                 s, y, mask, alpha=self.alpha, beta=self.beta, threshold=self.threshold
             )
+        elif self.loss in _torch_measures.LOSSES:
+            obj = _torch_measures.measure_objective(self.loss, alpha=self.alpha, beta=self.beta,
+                                                    k=self.k, threshold=self.threshold)
+            per_q = -_torch_measures.separable_measure(obj, s, y, mask,
+                                                       _positions(s, mask, self.alpha))
         elif self.loss == "ranknet":
             per_q = ranknet_loss(s, y, mask)
         elif self.loss == "listnet":

@@ -16,6 +16,8 @@ is the smoothed measure of query ``q`` (Qin, Liu & Li 2010):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 import warnings
@@ -26,6 +28,8 @@ import numpy as np
 
 from approx_gbdt import _kernels as K
 from approx_gbdt import _pair_forces as P
+from approx_gbdt import _reference as R
+from approx_gbdt._measure_terms import TERM_LOG, ideal_value, separable_value
 from approx_gbdt.utils import check_group_ptr, group_ptr_from_sizes
 
 __all__ = [
@@ -177,6 +181,15 @@ def smoothed_positions(scores, group_ptr, *, alpha=10.0) -> np.ndarray:
     return pos
 
 
+@functools.cache
+def _option_names(cls):
+    """Keyword options of an objective class, in the order of its constructor."""
+    return tuple(
+        name for name, p in inspect.signature(cls.__init__).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+
+
 @dataclass
 class _Prepared:
     """What one dataset needs at every iteration, computed once (see ``_prepare``)."""
@@ -191,7 +204,7 @@ class _Prepared:
 class _ApproxObjective:
     """Shared machinery: input checks, per-dataset preparation and host-library adapters."""
 
-    _n_work = 0
+    _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)
@@ -371,6 +384,90 @@ class _ApproxObjective:
             w = np.repeat(w, np.diff(group_ptr))
         return np.ascontiguousarray(w)
 
+    # -- the measure ------------------------------------------------------------------------------
+    def _term_args(self):
+        """``(kind, k, beta, theta)`` of the kernels (``_kernels.grad_hess``)."""
+        raise NotImplementedError
+
+    def _value(self, s, prep):
+        a = prep.arrays
+        kind, k, beta, theta = self._term_args()
+        return K.value(s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr,
+                       self.alpha, kind, k, beta, theta)
+
+    def _grad_hess(self, s, prep, weights, hessian):
+        a = prep.arrays
+        kind, k, beta, theta = self._term_args()
+        grad = np.empty_like(s)
+        hess = np.empty_like(s)
+        K.grad_hess(
+            s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr, weights,
+            self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
+            self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
+        )
+        return grad, hess
+
+    def _reference_grad_hess(self, scores, labels, group_ptr, weights=None, *, hessian=None):
+        """:meth:`grad_hess` by the exact O(n^2) reference loops (no window, no sorting), and
+        the per-document ``v = dM/dpos^`` and ``e = d2M/dpos^2``: for tests and benchmarks."""
+        prep = self._prepare(labels, group_ptr, cache=False)
+        s = _as_scores(scores, prep.labels.shape[0])
+        w = self._doc_weights(weights, prep.group_ptr)
+        a = prep.arrays
+        kind, k, beta, theta = self._term_args()
+        n = s.shape[0]
+        grad, hess, pos, v, e, acc_a, acc_b, acc_w = (np.zeros(n) for _ in range(8))
+        common = (self._mode(hessian), self.hessian_floor, self.hessian_constant,
+                  self.normalize, grad, hess, pos, v, e, acc_a, acc_b, acc_w)
+        if kind == K.KIND_AP:
+            R.ref_ap_grad_hess(s, a["rel_idx"], a["rel_ptr"], a["inv_z"], prep.group_ptr, w,
+                               self.alpha, beta, *common, np.zeros(n), np.zeros(n))
+        else:
+            R.ref_separable_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, w, self.alpha,
+                                      kind, k, beta, theta, *common)
+        return grad, hess, v, e
+
+    def _reference_value(self, scores, labels, group_ptr):
+        """:meth:`value` by the exact O(n^2) reference loops."""
+        prep = self._prepare(labels, group_ptr, cache=False)
+        s = _as_scores(scores, prep.labels.shape[0])
+        a = prep.arrays
+        kind, k, beta, theta = self._term_args()
+        pos = np.empty_like(s)
+        if kind == K.KIND_AP:
+            return R.ref_ap_value(s, a["rel_idx"], a["rel_ptr"], a["inv_z"], prep.group_ptr,
+                                  self.alpha, beta, pos)
+        return R.ref_separable_value(s, a["gains"], a["inv_z"], prep.group_ptr, self.alpha,
+                                     kind, k, beta, theta, pos)
+
+    # -- parameters -------------------------------------------------------------------------------
+    def get_params(self) -> dict:
+        """The constructor's keyword options and their values.
+
+        Examples
+        --------
+        >>> ApproxNDCG(k=5).get_params()["k"]
+        5
+        """
+        return {name: getattr(self, name) for name in _option_names(type(self))}
+
+    def replace(self, **changes):
+        """A new objective of the same class with some options changed (the others kept).
+
+        Examples
+        --------
+        >>> ApproxNDCG(k=5).replace(alpha=3.0)
+        ApproxNDCG(alpha=3, k=5, beta=10, hessian='mixed', hessian_floor=0.1, normalize=True)
+        """
+        names = _option_names(type(self))
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} has no option {', '.join(map(repr, unknown))}; "
+                f"its options are {', '.join(names)}"
+            )
+        return type(self)(**{**self.get_params(), **changes})
+
     def _mode(self, hessian):
         hessian = self.hessian if hessian is None else hessian
         if hessian not in HESSIANS:
@@ -385,6 +482,38 @@ class _ApproxObjective:
         return (
             f"{type(self).__name__}(alpha={self.alpha:g}{opts}, hessian={self.hessian!r}, "
             f"hessian_floor={self.hessian_floor:g}, normalize={self.normalize})"
+        )
+
+
+def exp2_gains(labels):
+    """Graded gains ``2^y - 1`` (labels at most 1000, so that they stay finite)."""
+    if labels.size and labels.max() > _MAX_LABEL:
+        raise ValueError(
+            f"label {labels.max():g} is too large for the gain 2^y - 1 in float64 "
+            f"(labels must be at most {_MAX_LABEL:g})"
+        )
+    return np.expm1(labels * math.log(2.0))
+
+
+def separable_arrays(gains, inv_z, group_ptr):
+    """Prepared arrays of a separable measure: gains, normaliser and the number of queries
+    that can have a gradient (a document with a gain, a normaliser and two documents)."""
+    n_active = int(np.count_nonzero((inv_z > 0) & (np.diff(group_ptr) > 1)))
+    return {"gains": gains, "inv_z": inv_z, "rel_idx": None, "rel_ptr": None,
+            "n_active": n_active}
+
+
+def warn_if_truncated_away(obj, prep, grad, weights):
+    """Warn when a truncated measure (``k``) gives no gradient although some query could."""
+    if prep.arrays["n_active"] and not grad.any() and (weights.size == 0 or weights.any()):
+        warnings.warn(
+            f"{type(obj).__name__}(k={obj.k}, beta={obj.beta:g}) has no gradient at these "
+            f"scores: every document's smoothed position is far below the top {obj.k}, so the "
+            "truncation factor underflows and boosting will not move (typical at a "
+            "constant start on queries much longer than 2 k). Use k=None, a smaller beta, "
+            "or start from a fitted model (init_score / base_margin).",
+            RuntimeWarning,
+            stacklevel=4,
         )
 
 
@@ -503,65 +632,46 @@ class ApproxNDCG(_ApproxObjective):
     def _prep_key(self):
         return ("ndcg", self._k)
 
+    def _term_args(self):
+        return TERM_LOG, self._k, self.beta, 0.0
+
     def _prepare_arrays(self, labels, group_ptr):
-        if labels.size and labels.max() > _MAX_LABEL:
-            raise ValueError(
-                f"label {labels.max():g} is too large for the gain 2^y - 1 in float64 "
-                f"(labels must be at most {_MAX_LABEL:g})"
-            )
-        gains = np.expm1(labels * math.log(2.0))
-        z = K.ideal_dcg(gains, group_ptr, self._k)
+        gains = exp2_gains(labels)
+        z = ideal_value(gains, group_ptr, TERM_LOG, self._k, 0.0)
         if not np.all(np.isfinite(z)):
             raise ValueError("the ideal DCG overflows float64: labels are too large")
-        inv_z = np.divide(1.0, z, out=np.zeros_like(z), where=z > 0)
-        # queries that can have a gradient: a relevant document and at least two documents
-        n_active = int(np.count_nonzero((z > 0) & (np.diff(group_ptr) > 1)))
-        return {"gains": gains, "inv_z": inv_z, "n_active": n_active}
+        return separable_arrays(gains, np.divide(1.0, z, out=np.zeros_like(z), where=z > 0),
+                                group_ptr)
 
     def _value(self, s, prep):
+        if self.positions == "sigmoid":
+            return super()._value(s, prep)
         a = prep.arrays
-        if self.positions == "label_aware":
-            pos = np.empty_like(s)
-            P.label_aware_positions(s, prep.labels, prep.group_ptr, self.alpha, pos)
-            return K._ndcg_value_nb(a["gains"], a["inv_z"], prep.group_ptr, self._k, self.beta,
-                                    pos)
-        return K.ndcg_value(
-            s, a["gains"], a["inv_z"], prep.group_ptr, self.alpha, self._k, self.beta,
-            np.empty_like(s),
-        )
+        kind, k, beta, theta = self._term_args()
+        pos = np.empty_like(s)
+        P.label_aware_positions(s, prep.labels, prep.group_ptr, self.alpha, pos)
+        return separable_value(a["gains"], a["inv_z"], prep.group_ptr, kind, k, beta, theta, pos)
 
     def _grad_hess(self, s, prep, weights, hessian):
-        a = prep.arrays
-        w = prep.work
-        grad = np.empty_like(s)
-        hess = np.empty_like(s)
         if hessian is not None:
             self._check_chord_hessian(hessian)
         s = gumbel_perturbed(s, alpha=self.alpha, noise=self.noise,
                              random_state=self.random_state)
         if self.positions == "sigmoid" and self.pair_force == "tangent":
-            K.ndcg_grad_hess(
-                s, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha, self._k,
-                self.beta, self._mode(hessian), self.hessian_floor, self.hessian_constant,
-                self.normalize, grad, hess, w["order"],
-            )
+            grad, hess = super()._grad_hess(s, prep, weights, hessian)
         else:
+            a = prep.arrays
+            kind, k, beta, theta = self._term_args()
+            grad = np.empty_like(s)
+            hess = np.empty_like(s)
             P.pair_force_grad_hess(
                 s, prep.labels, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha,
-                self._k, self.beta, self.positions == "label_aware",
+                kind, k, beta, theta, self.positions == "label_aware",
                 self.pair_force != "tangent", self.pair_force == "swap", self._mode(hessian),
                 self.hessian_floor, self.hessian_constant, self.normalize, grad, hess,
             )
-        if self._k and a["n_active"] and not grad.any() and (weights.size == 0 or weights.any()):
-            warnings.warn(
-                f"ApproxNDCG(k={self.k}, beta={self.beta:g}) has no gradient at these scores: "
-                f"every document's smoothed position is far below the top {self.k}, so the "
-                "truncation factor underflows and boosting will not move (typical at a "
-                "constant start on queries much longer than 2 k). Use k=None, a smaller beta, "
-                "or start from a fitted model (init_score / base_margin).",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        if self._k:
+            warn_if_truncated_away(self, prep, grad, weights)
         return grad, hess
 
 
@@ -626,6 +736,9 @@ class ApproxAP(_ApproxObjective):
     def _prep_key(self):
         return ("ap", self.threshold)
 
+    def _term_args(self):
+        return K.KIND_AP, 0, self.beta, 0.0
+
     def _prepare_arrays(self, labels, group_ptr):
         rel = labels >= self.threshold
         qid = np.repeat(np.arange(group_ptr.shape[0] - 1), np.diff(group_ptr))
@@ -635,26 +748,7 @@ class ApproxAP(_ApproxObjective):
         rel_ptr = np.zeros(group_ptr.shape[0], dtype=np.int64)
         np.cumsum(counts, out=rel_ptr[1:])
         inv_r = np.divide(1.0, counts, out=np.zeros(counts.shape[0]), where=counts > 0)
-        return {"rel_idx": rel_idx, "rel_ptr": rel_ptr, "inv_r": inv_r}
-
-    def _value(self, s, prep):
-        a = prep.arrays
-        return K.ap_value(
-            s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, self.alpha, self.beta,
-            np.empty_like(s),
-        )
-
-    def _grad_hess(self, s, prep, weights, hessian):
-        a = prep.arrays
-        w = prep.work
-        grad = np.empty_like(s)
-        hess = np.empty_like(s)
-        K.ap_grad_hess(
-            s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, weights, self.alpha,
-            self.beta, self._mode(hessian), self.hessian_floor, self.hessian_constant,
-            self.normalize, grad, hess, w["order"],
-        )
-        return grad, hess
+        return {"gains": None, "inv_z": inv_r, "rel_idx": rel_idx, "rel_ptr": rel_ptr}
 
 
 approx_ndcg_obj = ApproxNDCG()

@@ -29,6 +29,8 @@ Methods
 - ``lgb:approx_ndcg``, ``lgb:approx_ap``, ``lgb:lambdarank``, ``lgb:rank_xendcg``;
 - ``xgb:approx_ndcg``, ``xgb:approx_ap``, ``xgb:rank:ndcg``, ``xgb:rank:map``,
   ``xgb:rank:pairwise``;
+- every other registered objective of :data:`approx_gbdt.MEASURES` on ``lgb`` and ``xgb``
+  (``lgb:approx_mrr``, ``xgb:approx_precision(k=5)``, ...);
 - ``nn:approx_ndcg``, ``nn:approx_ap``, ``nn:ranknet``, ``nn:listnet``, ``nn:listmle``
   (:class:`approx_gbdt.neural.NeuralRanker`, B64 network of Bruch et al. 2019; needs torch);
 - ``cb:YetiRank``, ``cb:YetiRankPairwise``, ``cb:LambdaMart``, ``cb:QuerySoftMax``
@@ -42,9 +44,9 @@ Methods
   their own 4-point grids (``ADA_GRIDS``, ``RB_GRIDS``); options are constructor arguments.
 
 Options that are constructor arguments of the objective (``alpha``, ``beta``, ``k``,
-``hessian``, ``hessian_floor``, ``normalize``, ...) build a new :class:`ApproxNDCG` /
-:class:`ApproxAP` from the *current* defaults of ``approx_ndcg_obj`` / ``approx_ap_obj`` with
-those values changed; without options the package's default instance itself is used, so a
+``hessian``, ``hessian_floor``, ``normalize``, ...) build a new objective from the *current*
+defaults of its ready-made instance (``approx_ndcg_obj``, ...) with those values changed
+(``objective.replace``); without options the package's default instance itself is used, so a
 change of the package defaults changes the benchmark. Any other option is a booster
 parameter (LightGBM / XGBoost) or a :class:`NeuralRanker` argument, applied last (it
 overrides the protocol and the grid).
@@ -53,7 +55,6 @@ overrides the protocol and the grid).
 from __future__ import annotations
 
 import ast
-import inspect
 import os
 import platform
 import re
@@ -65,6 +66,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+from approx_gbdt.measures import MEASURES as OBJECTIVES
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -246,7 +249,7 @@ NATIVE = {
     "xgb": ("rank:ndcg", "rank:map", "rank:pairwise"),
     "cb": ("YetiRank", "YetiRankPairwise", "LambdaMart", "QuerySoftMax"),
 }
-APPROX = ("approx_ndcg", "approx_ap", "soft_ndcg")
+APPROX = (*OBJECTIVES, "soft_ndcg")  # the registry (approx_ndcg, approx_ap, ...), SoftNDCG
 # The classic boosted rankers (approx_gbdt.AdaRank / RankBoost): library -> objectives.
 BOOSTED = {"ada": ("ndcg", "map"), "rb": ("rankboost",)}
 NN_LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
@@ -331,20 +334,17 @@ _SOFT_NDCG = []  # one default SoftNDCG instance, made on first use
 
 
 def _default_objective(name):
-    import approx_gbdt
-
     if name == "soft_ndcg":
         if not _SOFT_NDCG:
-            _SOFT_NDCG.append(approx_gbdt.SoftNDCG())
+            from approx_gbdt import SoftNDCG
+
+            _SOFT_NDCG.append(SoftNDCG())
         return _SOFT_NDCG[0]
-    return {"approx_ndcg": approx_gbdt.approx_ndcg_obj, "approx_ap": approx_gbdt.approx_ap_obj}[
-        name
-    ]
+    return OBJECTIVES[name].instance
 
 
 def _objective_params(name) -> list[str]:
-    cls = type(_default_objective(name))
-    return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    return list(_default_objective(name).get_params())
 
 
 def make_objective(name: str, options: dict, seed: int | None = None):
@@ -358,11 +358,7 @@ def make_objective(name: str, options: dict, seed: int | None = None):
         options.get("noise", getattr(default, "noise", 0.0)) > 0
     ):
         options = {**options, "random_state": seed}
-    if not options:
-        return default
-    params = {p: getattr(default, p) for p in _objective_params(name) if hasattr(default, p)}
-    params.update(options)
-    return type(default)(**params)
+    return default.replace(**options) if options else default
 
 
 def split_options(method: Method) -> tuple[dict, dict]:

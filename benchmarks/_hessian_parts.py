@@ -19,13 +19,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt import _kernels as K
+from approx_gbdt import _reference as R
+from approx_gbdt._measure_terms import TERM_LOG, _term
 
 
 @njit(parallel=True)
 def hessian_parts(s, gains, inv_z, group_ptr, alpha, grad, B, T1, C):
     """Fill ``grad`` (of ApproxNDCG, not negated), ``B``, ``T1`` and ``C`` for every document,
-    with the package's exact O(n^2) reference loops (``_kernels._chain_query``)."""
+    with the package's exact O(n^2) reference loops (``_reference.chain_query``)."""
     a2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
@@ -36,11 +37,11 @@ def hessian_parts(s, gains, inv_z, group_ptr, alpha, grad, B, T1, C):
                 grad[i] = B[i] = T1[i] = C[i] = 0.0
             continue
         pos = np.empty(n)
-        K._positions_query(s[a:b], alpha, pos)
+        R.positions_query(s[a:b], alpha, pos)
         c = np.empty(n)
         e = np.empty(n)
         for i in range(n):
-            _, d1, d2 = K._ndcg_term(pos[i], 0, 1.0)
+            _, d1, d2 = _term(TERM_LOG, pos[i], 0, 1.0, 0.0)
             c[i] = gains[a + i] * d1 * inv_z[q]
             e[i] = gains[a + i] * d2 * inv_z[q]
         g = np.empty(n)
@@ -48,7 +49,7 @@ def hessian_parts(s, gains, inv_z, group_ptr, alpha, grad, B, T1, C):
         acc_a = np.empty(n)  # sum_j w (1 - 2 sig_kj)(c_j - c_k)
         acc_b = np.empty(n)  # sum_j w^2 e_j
         acc_w = np.empty(n)  # sum_j w
-        K._chain_query(s[a:b], alpha, c, e, True, g, bnd, acc_a, acc_b, acc_w)
+        R.chain_query(s[a:b], alpha, c, e, True, g, bnd, acc_a, acc_b, acc_w)
         for i in range(n):
             grad[a + i] = alpha * g[i]
             B[a + i] = a2 * bnd[i]

@@ -263,7 +263,7 @@ class HessianParts:
     def __call__(self, s, y, ptr, it):
         from _hessian_parts import combine, hessian_parts
 
-        from approx_gbdt import _kernels as K
+        from approx_gbdt import _reference as R
 
         a = self._prep._prepare(y, ptr, cache=True).arrays
         grad, B, T1, C = (np.empty_like(s) for _ in range(4))
@@ -271,7 +271,7 @@ class HessianParts:
         g = -grad
         h = combine(self.mode, B, T1, C, floor=self.floor, gamma=self.gamma)
         for q in range(ptr.shape[0] - 1):  # log2(1 + S) / S per query, as the package does
-            K._finish_query(g[ptr[q]:ptr[q + 1]], h[ptr[q]:ptr[q + 1]], np.empty(0),
+            R.finish_query(g[ptr[q]:ptr[q + 1]], h[ptr[q]:ptr[q + 1]], np.empty(0),
                             self.normalize)
         return g, h
 

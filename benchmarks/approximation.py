@@ -195,12 +195,7 @@ def study(args, fold):
 
 
 def _variant(obj, **changes):
-    import inspect
-
-    params = {p: getattr(obj, p) for p in inspect.signature(type(obj).__init__).parameters
-              if p != "self" and hasattr(obj, p)}
-    params.update(changes)
-    return type(obj)(**params)
+    return obj.replace(**changes)
 
 
 NAMES = {"ndcg": ("ApproxNDCG", "NDCG"), "ap": ("ApproxAP", "AP")}

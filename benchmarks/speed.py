@@ -118,7 +118,6 @@ def _time(f, min_time=0.3, max_rep=20):
 
 
 def bench_kernels(total, sizes_list, quick):
-    from approx_gbdt import _kernels as K
     from approx_gbdt.objectives import ApproxAP, ApproxNDCG
 
     rows = []
@@ -151,14 +150,9 @@ def bench_kernels(total, sizes_list, quick):
             ref_ok = n <= (1000 if quick else 10_000)
             if ref_ok:
                 obj = ApproxNDCG()
-                prep = obj._prepare(y, ptr, cache=False)
-                a = prep.arrays
-                w = [np.empty(N) for _ in range(8)]
 
-                def ref(a=a, w=w, obj=obj, s=s, ptr=ptr):
-                    K._ref_ndcg_grad_hess(
-                        s, a["gains"], a["inv_z"], ptr, np.empty(0), obj.alpha, 0, obj.beta,
-                        K.HESS_MIXED, 0.1, 1.0, True, w[6], w[7], *w[:6])
+                def ref(obj=obj, s=s, y=y, ptr=ptr):
+                    obj._reference_grad_hess(s, y, ptr)
 
                 row["exact ndcg (mixed)"] = pairs / _time(ref, 0.0, 1)
             else:
@@ -177,7 +171,6 @@ def bench_kernels(total, sizes_list, quick):
 
 
 def bench_huge(n, seed=0):
-    from approx_gbdt import _kernels as K
     from approx_gbdt.objectives import ApproxNDCG
 
     rng = np.random.default_rng(seed)
@@ -190,13 +183,9 @@ def bench_huge(n, seed=0):
         prep = obj._prepare(y, ptr, cache=True)
         t = _time(lambda obj=obj, prep=prep, s=s: obj._grad_hess(s, prep, np.empty(0), None), 0, 3)
         g1, h1 = obj._grad_hess(s, prep, np.empty(0), None)
-        a = prep.arrays
-        w = [np.empty(n) for _ in range(8)]
         t0 = time.perf_counter()
-        K._ref_ndcg_grad_hess(s, a["gains"], a["inv_z"], ptr, np.empty(0), obj.alpha, 0,
-                              obj.beta, K.HESS_MIXED, 0.1, 1.0, True, w[6], w[7], *w[:6])
+        g0, h0, _, _ = obj._reference_grad_hess(s, y, ptr)
         t_ref = time.perf_counter() - t0
-        g0, h0 = w[6], w[7]
         out.append({
             "scores": dist, "n": n, "fast_s": t, "exact_s": t_ref,
             "grad_rel_err": float(np.abs(g1 - g0).max() / np.abs(g0).max()),

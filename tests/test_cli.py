@@ -122,6 +122,8 @@ CASES = [
     ("lightgbm", "lambdarank", "lgb_native.txt"),
     ("xgboost", "approx_ndcg@5", "xgb_approx.json"),
     ("xgboost", "rank:ndcg", "xgb_native.ubj"),
+    ("lightgbm", "approx_mrr", "lgb_mrr.txt"),
+    ("xgboost", "approx_precision@5", "xgb_precision.json"),
 ]
 
 
@@ -226,10 +228,10 @@ def test_error_malformed_line(letor, tmp_path):
 
 
 def test_error_unknown_objective(letor, tmp_path):
-    result = run_cli("train", "--train", letor["train"], "--objective", "approx_dcg",
+    result = run_cli("train", "--train", letor["train"], "--objective", "approx_nothing",
                      "--out", tmp_path / "m.txt")
-    assert_user_error(result, "unknown objective 'approx_dcg'", "approx_ndcg", "lambdarank",
-                      "rank:ndcg")
+    assert_user_error(result, "unknown objective 'approx_nothing'", "approx_ndcg", "approx_mrr",
+                      "approx_precision@K", "lambdarank", "rank:ndcg")
 
 
 def test_error_objective_of_the_other_backend(letor, tmp_path):
@@ -279,3 +281,18 @@ def test_approx_options_start_from_the_ready_made_objective():
     assert isinstance(obj, ApproxNDCG) and obj.alpha == 3.0 and obj.k == 7
     assert obj.hessian == approx_ndcg_obj.hessian
     assert obj.hessian_floor == approx_ndcg_obj.hessian_floor
+
+
+def test_every_registered_objective_by_name():
+    from approx_gbdt import MEASURES
+    from approx_gbdt.cli import _approx_objective, _parse_objective
+
+    for name, info in MEASURES.items():
+        base, k = _parse_objective(name, "lightgbm", None)
+        assert base == name and k is None
+        assert _approx_objective(name) is info.instance
+        if info.cutoff != "none":
+            base, k = _parse_objective(f"{name}@4", "xgboost", None)
+            assert _approx_objective(base, k=k).k == 4
+        obj = _approx_objective(name, alpha=2.0)
+        assert type(obj) is info.objective and obj.alpha == 2.0

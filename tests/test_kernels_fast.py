@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from approx_gbdt import _kernels as K
+from approx_gbdt import _reference as R
 from approx_gbdt.objectives import ApproxAP, ApproxNDCG
 
 MODES = ["exact", "bound", "abs", "mixed", "constant"]
@@ -23,37 +24,16 @@ ET = math.exp(-K._T)
 
 
 def _ref(obj, s, y, ptr, mode, w):
-    prep = obj._prepare(y, ptr, cache=False)
-    a = prep.arrays
-    n = s.shape[0]
-    g, h = np.empty(n), np.empty(n)
-    wk = [np.zeros(n) for _ in range(8)]
-    m = K.__dict__["HESS_" + mode.upper()]
-    common = (obj.hessian_floor, obj.hessian_constant, obj.normalize, g, h)
-    if isinstance(obj, ApproxNDCG):
-        K._ref_ndcg_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, w, obj.alpha, obj._k,
-                              obj.beta, m, *common, *wk[:6])
-    else:
-        K._ref_ap_grad_hess(s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, w,
-                            obj.alpha, obj.beta, m, *common, *wk)
-    return g, h, wk[1], wk[2]  # v, e
+    """Gradient, Hessian, v and e by the exact O(n^2) reference loops."""
+    return obj._reference_grad_hess(s, y, ptr, w if w.size else None, hessian=mode)
 
 
 def _fast(obj, s, y, ptr, mode, w, par_min=K._PAR_MIN, order=None):
     prep = obj._prepare(y, ptr, cache=False)
-    a = prep.arrays
-    n = s.shape[0]
-    g, h = np.empty(n), np.empty(n)
-    order = prep.work["order"] if order is None else order
-    m = K.__dict__["HESS_" + mode.upper()]
-    common = (obj.hessian_floor, obj.hessian_constant, obj.normalize, g, h, order, par_min)
-    if isinstance(obj, ApproxNDCG):
-        K.ndcg_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, w, obj.alpha, obj._k,
-                         obj.beta, m, *common)
-    else:
-        K.ap_grad_hess(s, a["rel_idx"], a["rel_ptr"], a["inv_r"], prep.group_ptr, w, obj.alpha,
-                       obj.beta, m, *common)
-    return g, h
+    if order is not None:
+        prep.work["order"] = order
+    obj._par_min = par_min
+    return obj._grad_hess(s, prep, obj._doc_weights(w if w.size else None, prep.group_ptr), mode)
 
 
 def _check(ref, fast, ptr, bound, what):
@@ -202,16 +182,9 @@ def test_values_and_positions(spread):
     s, y, ptr = _data(13, spread=spread, ties=True)
     n = s.shape[0]
     p0, p1 = np.empty(n), np.empty(n)
-    K._ref_smoothed_positions(s, ptr, 10.0, p0)
+    R.ref_positions(s, ptr, 10.0, p0)
     K.smoothed_positions(s, ptr, 10.0, p1)
     np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
-    for obj in [ApproxNDCG(), ApproxNDCG(k=3)]:
-        a = obj._prepare(y, ptr, cache=False).arrays
-        v0 = K._ref_ndcg_value(s, a["gains"], a["inv_z"], ptr, 10.0, obj._k, obj.beta, p0)
+    for obj in [ApproxNDCG(), ApproxNDCG(k=3), ApproxAP()]:
+        v0 = obj._reference_value(s, y, ptr)
         np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)
-    obj = ApproxAP()
-    a = obj._prepare(y, ptr, cache=False).arrays
-    v0 = K._ref_ap_value(
-        s, a["rel_idx"], a["rel_ptr"], a["inv_r"], ptr, obj.alpha, obj.beta, p0
-    )
-    np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)

@@ -1,0 +1,357 @@
+"""Measure terms: what a measure contributes per document, ``v = dM/dpos^`` and ``e = d2M/dpos^2``.
+
+A separable measure of one query is
+
+    M = inv_z * sum_i g_i t(pos^_i),     t(p) = base(p) T_k(p)
+
+with a per-document gain ``g_i`` and a per-query normaliser ``inv_z`` (both computed once per
+dataset, in NumPy, by the objective) and a position term ``t`` selected by an integer kind
+(``TERM_*``; an integer keeps every kernel compiled once and cacheable). ``torch_term`` is
+the same ``t`` on PyTorch tensors. The smoothed
+truncation ``T_k(p) = sig(beta (k + 1/2 - p))`` applies when ``k > 0`` (``T = 1`` otherwise).
+Then ``v_i = inv_z g_i t'(pos^_i)`` and ``e_i = inv_z g_i t''(pos^_i)``, and the pair loops
+(``_pairs``) do the rest.
+
+Position terms (``base``, with ``p`` the smoothed position, ``p >= 1``):
+
+    TERM_LOG    1 / log2(1 + p)            DCG discount (ApproxNDCG, ApproxDCG)
+    TERM_RECIP  1 / p                      reciprocal rank (ApproxMRR)
+    TERM_ONE    1                          with k: smoothed top-k indicator (precision, recall)
+    TERM_GEOM   theta^(p - 1)              rank-biased precision, persistence theta (ApproxRBP)
+
+ApproxAP couples its relevant documents, ``M = (1/R) sum_a q_a (1 + sum_{b != a}
+sig(beta (p_a - p_b)))`` with ``q_a = 1 / p_a``; its ``v``, ``e`` and the off-diagonal part of the
+exact Hessian diagonal are here too, over the relevant documents in sorted order, with the
+second-level sigmoids windowed like the first-level ones (same ``T``, ``beta`` in place of
+``alpha`` and ``R`` in place of ``n``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+from numba import njit, prange
+
+from approx_gbdt._pairs import _FM, _sig_pair, _window_starts, _windows
+
+TERM_LOG = 0
+TERM_RECIP = 1
+TERM_ONE = 2
+TERM_GEOM = 3
+
+_LN2 = math.log(2.0)
+_H_CACHE_MAX = 1024
+
+
+@njit(inline="always", cache=True)
+def _base(kind, p, theta):
+    """Return ``(b, b', b'')`` of the position term without truncation."""
+    if kind == TERM_LOG:
+        lg = math.log1p(p)
+        d0 = _LN2 / lg
+        d1 = -_LN2 / ((1.0 + p) * lg * lg)
+        d2 = _LN2 * (2.0 + lg) / ((1.0 + p) * (1.0 + p) * lg * lg * lg)
+        return d0, d1, d2
+    if kind == TERM_RECIP:
+        d0 = 1.0 / p
+        return d0, -d0 * d0, 2.0 * d0 * d0 * d0
+    if kind == TERM_GEOM:
+        lt = math.log(theta)
+        d0 = math.exp((p - 1.0) * lt)
+        return d0, d0 * lt, d0 * lt * lt
+    return 1.0, 0.0, 0.0
+
+
+@njit(inline="always", cache=True)
+def _term(kind, p, k, beta, theta):
+    """Return ``(t, t', t'')`` of ``base(p) T_k(p)`` (``T = 1`` when ``k <= 0``)."""
+    d0, d1, d2 = _base(kind, p, theta)
+    if k <= 0:
+        return d0, d1, d2
+    t, tc, tw = _sig_pair(beta * (k + 0.5 - p))
+    t1 = -beta * tw
+    t2 = beta * beta * tw * (tc - t)
+    return d0 * t, d1 * t + d0 * t1, d2 * t + 2.0 * d1 * t1 + d0 * t2
+
+
+@njit(inline="always", cache=True)
+def _exact_denominator(kind, rank, theta):
+    """``1 / base(rank)`` at an exact 1-based rank."""
+    if kind == TERM_LOG:
+        return math.log2(rank + 1.0)
+    if kind == TERM_RECIP:
+        return rank
+    return 1.0
+
+
+@njit(parallel=True, cache=True)
+def ideal_value(gains, group_ptr, kind, k, theta):
+    """Exact best value of ``sum_r g_(r) base(r)`` per query (gains sorted descending, ranks
+    ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``."""
+    nq = group_ptr.shape[0] - 1
+    out = np.zeros(nq)
+    for q in prange(nq):
+        g = np.sort(gains[group_ptr[q]:group_ptr[q + 1]])[::-1]
+        m = g.shape[0] if k <= 0 else min(k, g.shape[0])
+        acc = 0.0
+        for r in range(m):
+            acc += g[r] / _exact_denominator(kind, r + 1.0, theta)
+        out[q] = acc
+    return out
+
+
+@njit(inline="always", cache=True)
+def separable_ve(n, W, gains, order, iz, kind, k, beta, theta):
+    """``W.v`` and ``W.e`` in sorted order for a separable measure."""
+    for r in range(n):
+        gr = gains[order[r]]
+        if gr == 0.0:
+            W.v[r] = 0.0
+            W.e[r] = 0.0
+        else:
+            _, f1, f2 = _term(kind, W.pos[r], k, beta, theta)
+            W.v[r] = gr * f1 * iz
+            W.e[r] = gr * f2 * iz
+
+
+@njit(parallel=True, cache=True)
+def separable_value(gains, inv_z, group_ptr, kind, k, beta, theta, pos):
+    """Per-query ``inv_z sum_i g_i t(pos^_i)``; 0 where ``inv_z == 0``."""
+    nq = group_ptr.shape[0] - 1
+    out = np.zeros(nq)
+    for q in prange(nq):
+        if inv_z[q] == 0.0:
+            continue
+        acc = 0.0
+        for i in range(group_ptr[q], group_ptr[q + 1]):
+            if gains[i] != 0.0:
+                f, _, _ = _term(kind, pos[i], k, beta, theta)
+                acc += gains[i] * f
+        out[q] = acc * inv_z[q]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# ApproxAP (coupled). In sorted order the smoothed positions are non-decreasing, so the relevant
+# documents, taken in sorted order, have y_a = -beta (pos^_a - pos^_first) non-increasing.
+# ---------------------------------------------------------------------------------------------
+
+APWork = namedtuple(
+    "APWork",
+    ["ry", "re", "s", "u", "ts", "td", "tc", "off", "qr",
+     "jst", "ridx", "rjend", "rbend", "rcnt", "isrel"],
+)
+APWork.__doc__ = """ApproxAP's work space of one query (float arrays of length ``n``, int arrays
+of length ``n + 1``; index ``a`` runs over the relevant documents in sorted order).
+
+ry, re : -beta (pos^_a - pos^_first) and its exponential within the exp block
+s : sum_{b != a} sig(beta (pos^_b - pos^_a)) (the number of relevant documents above, smoothed)
+u : u_a of the off-diagonal part, for the current document k
+ts, td, tc : sum tau_ab, sum tau_ab (q_a - q_b), sum tau_ab (1 - 2 sig_ab) (q_a - q_b)
+off : off-diagonal part of the exact diagonal, per document in sorted order
+qr : 1 / pos^_a
+jst : two-sided window start of every document
+ridx, rjend, rbend : sorted rank of relevant a, end of its second-level window and exp block
+rcnt : number of relevant documents before sorted rank r
+isrel : 1 for a relevant document (in-query order)
+"""
+
+
+@njit(cache=True)
+def ap_work(n):
+    """An :class:`APWork` for queries of up to ``n`` documents."""
+    return APWork(
+        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
+        np.empty(n), np.empty(n), np.empty(n),
+        np.empty(n + 1, dtype=np.int64), np.empty(n + 1, dtype=np.int64),
+        np.empty(n + 1, dtype=np.int64), np.empty(n + 1, dtype=np.int64),
+        np.empty(n + 1, dtype=np.int64), np.empty(n + 1, dtype=np.int64),
+    )
+
+
+@njit(fastmath=_FM, error_model="numpy", cache=True)
+def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC):
+    rE, Qr, S, TS, TD, TC = rE[j0:j1], Qr[j0:j1], S[j0:j1], TS[j0:j1], TD[j0:j1], TC[j0:j1]
+    sa = 0.0
+    ts = 0.0
+    td = 0.0
+    tc = 0.0
+    for b in range(rE.shape[0]):
+        e = f * rE[b]
+        p = 1.0 / (1.0 + e)
+        q = e * p
+        tau = q * p
+        dq = Qa - Qr[b]
+        sa += q
+        S[b] -= q
+        ts += tau
+        TS[b] += tau
+        t = tau * dq
+        td += t
+        TD[b] -= t
+        c = t * ((1.0 - e) * p)
+        tc += c
+        TC[b] += c
+    return sa, ts, td, tc
+
+
+@njit(cache=True)
+def ap_relevant(n, W, A, order, rel_local, beta):
+    """Relevant documents in sorted order and their windowed second-level sums; returns R."""
+    isrel = A.isrel[:n]
+    for r in range(n):
+        isrel[r] = 0
+    for idx in rel_local:
+        isrel[idx] = 1
+    ridx = A.ridx
+    rcnt = A.rcnt
+    R = 0
+    for r in range(n):
+        rcnt[r] = R
+        if isrel[order[r]] != 0:
+            ridx[R] = r
+            R += 1
+    rcnt[n] = R
+    if R == 0:
+        return 0
+    pos = W.pos
+    ry = A.ry[:R]
+    rE = A.re[:R]
+    Qr = A.qr[:R]
+    S = A.s[:R]
+    TS = A.ts[:R]
+    TD = A.td[:R]
+    TC = A.tc[:R]
+    rj = A.rjend[:R]
+    rb = A.rbend[:R]
+    p0 = pos[ridx[0]]
+    for a in range(R):
+        pa = pos[ridx[a]]
+        ry[a] = -beta * (pa - p0)
+        Qr[a] = 1.0 / pa
+        S[a] = a
+        TS[a] = 0.0
+        TD[a] = 0.0
+        TC[a] = 0.0
+    _windows(ry, rE, rj, rb)
+    for a in range(R):
+        j1 = rj[a]
+        bb = rb[a]
+        m = j1 if j1 < bb else bb
+        Qa = Qr[a]
+        sa, ts, td, tc = _ap_seg(a + 1, m, 1.0 / rE[a], rE, Qr, Qa, S, TS, TD, TC)
+        if j1 > bb:
+            s2, t2, d2, c2 = _ap_seg(bb, j1, math.exp(ry[bb] - ry[a]), rE, Qr, Qa,
+                                     S, TS, TD, TC)
+            sa += s2
+            ts += t2
+            td += d2
+            tc += c2
+        S[a] += sa
+        TS[a] += ts
+        TD[a] += td
+        TC[a] += tc
+    return R
+
+
+@njit(cache=True)
+def _ap_h(ry, Qr, beta, a, b):
+    """H_ab = d2 M / d pos_a d pos_b (times R), a < b in sorted order."""
+    e = math.exp(ry[b] - ry[a])
+    p = 1.0 / (1.0 + e)
+    q = e * p
+    Qa = Qr[a]
+    Qb = Qr[b]
+    return beta * q * p * (Qa * Qa + Qb * Qb - beta * (p - q) * (Qa - Qb))
+
+
+@njit(cache=True)
+def ap_offdiag(n, R, W, A, beta, ir, Hc):
+    """A.off[k] = sum_{a != b relevant} H_ab u_a u_b, u_a = w_ka (u_k = -sum_j w_kj), over the
+    window of k (relevant a with |x_k - x_a| <= T) and the second-level window of a. ``Hc``
+    caches H for the query when it holds at least R x R entries."""
+    x = W.x[:n]
+    aw = W.aw
+    ry = A.ry[:R]
+    Qr = A.qr[:R]
+    u = A.u[:R]
+    ridx = A.ridx
+    rcnt = A.rcnt
+    rj = A.rjend
+    jst = A.jst[:n]
+    jend = W.jend
+    _window_starts(x, jst)
+    cached = Hc.shape[0] >= R
+    if cached:
+        for a in range(R):
+            for b in range(a + 1, rj[a]):
+                Hc[a, b] = _ap_h(ry, Qr, beta, a, b)
+    for k in range(n):
+        a0 = rcnt[jst[k]]
+        a1 = rcnt[jend[k]]
+        xk = x[k]
+        for a in range(a0, a1):
+            r = ridx[a]
+            if r == k:
+                u[a] = -aw[k]
+            else:
+                e = math.exp(-abs(xk - x[r]))
+                p = 1.0 / (1.0 + e)
+                u[a] = e * p * p
+        tot = 0.0
+        for a in range(a0, a1):
+            bmax = rj[a] if rj[a] < a1 else a1
+            acc = 0.0
+            if cached:
+                for b in range(a + 1, bmax):
+                    acc += Hc[a, b] * u[b]
+            else:
+                for b in range(a + 1, bmax):
+                    acc += _ap_h(ry, Qr, beta, a, b) * u[b]
+            tot += u[a] * acc
+        A.off[k] = 2.0 * tot * ir
+
+
+@njit(inline="always", cache=True)
+def ap_ve(n, R, W, A, beta, ir):
+    """``W.v`` and ``W.e`` in sorted order for ApproxAP (zero on the irrelevant documents)."""
+    v = W.v[:n]
+    ee = W.e[:n]
+    for r in range(n):
+        v[r] = 0.0
+        ee[r] = 0.0
+    ridx = A.ridx
+    for a in range(R):
+        r = ridx[a]
+        Qa = A.qr[a]
+        sa1 = 1.0 + A.s[a]
+        v[r] = (-Qa * Qa * sa1 + beta * A.td[a]) * ir
+        ee[r] = (2.0 * Qa * Qa * Qa * sa1 - 2.0 * beta * Qa * Qa * A.ts[a]
+                 + beta * beta * A.tc[a]) * ir
+
+
+@njit(inline="always", cache=True)
+def ap_value_sum(R, A, ir):
+    """ApproxAP of a query from the sums of :func:`ap_relevant`."""
+    acc = 0.0
+    for a in range(R):
+        acc += A.qr[a] * (1.0 + A.s[a])
+    return acc * ir
+
+
+def torch_term(kind, p, k, beta, theta):
+    """``t(p)`` on a tensor of smoothed positions (the PyTorch twin of ``_term``, for the
+    neural losses and the autograd tests; tensor methods only, so torch stays optional)."""
+    if kind == TERM_LOG:
+        t = _LN2 / p.log1p()
+    elif kind == TERM_RECIP:
+        t = 1.0 / p
+    elif kind == TERM_GEOM:
+        t = theta ** (p - 1.0)
+    else:
+        t = p * 0.0 + 1.0
+    if k > 0:
+        t = t * (beta * (k + 0.5 - p)).sigmoid()
+    return t
