@@ -125,39 +125,30 @@ def _ap_kernel(ranked, group_ptr, k, threshold):
 
 
 @njit(parallel=True, cache=True)
+def _top_k_hits(ranked, group_ptr, k, threshold):
+    """Per query: relevant documents in the top ``k`` of the ranked labels, and in all."""
+    n_queries = group_ptr.size - 1
+    hits = np.zeros(n_queries)
+    n_rel = np.zeros(n_queries)
+    for q in prange(n_queries):
+        a = group_ptr[q]
+        b = group_ptr[q + 1]
+        for i in range(b - a):
+            if ranked[a + i] >= threshold:
+                n_rel[q] += 1
+                if i < k:
+                    hits[q] += 1
+    return hits, n_rel
+
+
 def _precision_kernel(ranked, group_ptr, k, threshold):
-    n_queries = group_ptr.size - 1
-    out = np.empty(n_queries)
-    for q in prange(n_queries):
-        a = group_ptr[q]
-        b = group_ptr[q + 1]
-        n_rel = 0
-        hits = 0
-        for i in range(b - a):
-            if ranked[a + i] >= threshold:
-                n_rel += 1
-                if i < k:
-                    hits += 1
-        out[q] = hits / k if n_rel > 0 else np.nan
-    return out
+    hits, n_rel = _top_k_hits(ranked, group_ptr, k, threshold)
+    return np.where(n_rel > 0, hits / k, np.nan)
 
 
-@njit(parallel=True, cache=True)
 def _recall_kernel(ranked, group_ptr, k, threshold):
-    n_queries = group_ptr.size - 1
-    out = np.empty(n_queries)
-    for q in prange(n_queries):
-        a = group_ptr[q]
-        b = group_ptr[q + 1]
-        n_rel = 0
-        hits = 0
-        for i in range(b - a):
-            if ranked[a + i] >= threshold:
-                n_rel += 1
-                if i < k:
-                    hits += 1
-        out[q] = hits / n_rel if n_rel > 0 else np.nan
-    return out
+    hits, n_rel = _top_k_hits(ranked, group_ptr, k, threshold)
+    return np.divide(hits, n_rel, out=np.full(hits.shape, np.nan), where=n_rel > 0)
 
 
 @njit(parallel=True, cache=True)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from approx_gbdt import ApproxNDCG, gumbel_perturbed, make_ranking_splits, metrics
+from tests.reference import autograd_reference
 
 RTOL = 1e-6
 
@@ -47,26 +48,6 @@ def torch_label_aware_ndcg(s, y, *, alpha, k=None, beta=10.0):
     if k:
         terms = terms * torch.sigmoid(beta * (k + 0.5 - pos))
     return terms.sum() / z
-
-
-def autograd(scores, labels, ptr, **kw):
-    """Per-query values, gradient and exact Hessian diagonal of -sum_q M_q."""
-    values, grads, diags = [], [], []
-    for a, b in zip(ptr[:-1], ptr[1:]):
-        s = torch.tensor(scores[a:b], requires_grad=True)
-        y = torch.tensor(labels[a:b])
-        m = torch_label_aware_ndcg(s, y, **kw)
-        values.append(float(m.detach()))
-        if not m.requires_grad:
-            grads.append(np.zeros(b - a))
-            diags.append(np.zeros(b - a))
-            continue
-        h = torch.autograd.functional.hessian(
-            lambda t, y=y: -torch_label_aware_ndcg(t, y, **kw), s.detach())
-        (g,) = torch.autograd.grad(-m, s)
-        grads.append(g.numpy())
-        diags.append(torch.diagonal(h).numpy().copy())
-    return np.array(values), np.concatenate(grads), np.concatenate(diags)
 
 
 def numpy_chord(scores, labels, ptr, *, alpha, aware, k=None, beta=10.0, swap=False):
@@ -120,7 +101,7 @@ def close(actual, expected, ptr):
 def test_label_aware_positions_against_autograd(ties, k):
     s, y, ptr = queries(1, ties=ties)
     kw = {"alpha": 2.0, "k": k, "beta": 2.0}
-    values, grad, diag = autograd(s, y, ptr, **kw)
+    values, grad, diag = autograd_reference(torch_label_aware_ndcg, s, y, ptr, **kw)
     obj = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions="label_aware", normalize=False)
     ptr_multi = np.diff(ptr) > 1
     np.testing.assert_allclose(obj.value(s, y, ptr)[ptr_multi], values[ptr_multi], rtol=RTOL)
