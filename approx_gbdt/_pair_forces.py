@@ -116,8 +116,9 @@ def _window(s, alpha, aware, o, jst, jend):
 
 
 @njit(cache=True)
-def _query(s, y, gains, iz, alpha, kind, k, beta, theta, aware, chord, swap, need_exact, o,
-           jst, jend, pos, f0, f1, v, e, g, bnd, aa, dd, ww):
+def _positions(s, y, alpha, aware, o, jst, jend, pos):
+    """Smoothed (label-aware if ``aware``) positions of one query, over the windows of
+    ``_window``, which it fills (``o``, ``jst``, ``jend``)."""
     n = s.shape[0]
     _window(s, alpha, aware, o, jst, jend)
     for r in range(n):
@@ -130,6 +131,13 @@ def _query(s, y, gains, iz, alpha, kind, k, beta, theta, aware, chord, swap, nee
             pij, _, _, pji, _, _ = _pair_fns(x, aware and y[j] < y[i], aware and y[i] < y[j])
             pos[i] += pij
             pos[j] += pji
+
+
+@njit(cache=True)
+def _query(s, y, gains, iz, alpha, kind, k, beta, theta, aware, chord, swap, need_exact, o,
+           jst, jend, pos, f0, f1, v, e, g, bnd, aa, dd, ww):
+    n = s.shape[0]
+    _positions(s, y, alpha, aware, o, jst, jend, pos)
     for i in range(n):
         t0, t1, t2 = _term(kind, pos[i], k, beta, theta)
         f0[i] = t0
@@ -219,11 +227,5 @@ def label_aware_positions(s, y, group_ptr, alpha, pos):
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
         b = group_ptr[q + 1]
-        for i in range(a, b):
-            pos[i] = 1.0
-        for i in range(a, b):
-            for j in range(i + 1, b):
-                x = alpha * (s[j] - s[i])
-                pij, _, _, pji, _, _ = _pair_fns(x, y[j] < y[i], y[i] < y[j])
-                pos[i] += pij
-                pos[j] += pji
+        idx = np.empty((3, b - a), dtype=np.int64)
+        _positions(s[a:b], y[a:b], alpha, True, idx[0], idx[1], idx[2], pos[a:b])
