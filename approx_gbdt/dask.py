@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from approx_gbdt.hosts import host_data
+
 __all__ = [
     "LightGBMRankingData",
     "QueryCheckedObjective",
@@ -455,8 +457,7 @@ class QueryCheckedObjective:
 
     def _check_xgboost(self, dmatrix):
         rows = int(dmatrix.num_row())
-        ptr = np.asarray(dmatrix.get_uint_info("group_ptr"))
-        groups = max(int(ptr.shape[0]) - 1, 0) if rows else 0
+        groups = host_data(dmatrix).group_ptr.shape[0] - 1
         local = np.array([groups, rows], dtype=np.float64)
         collective = importlib.import_module("xgboost.collective")
         if collective.is_distributed():

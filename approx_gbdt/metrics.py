@@ -41,7 +41,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt.utils import check_group_ptr, group_ptr_from_sizes
+from approx_gbdt.hosts import host_data
+from approx_gbdt.utils import check_group_ptr
 
 __all__ = [
     "MetricSpec",
@@ -658,12 +659,8 @@ def make_lightgbm_feval(
     evaluate([0.0], [1.0], [0, 1], specs, **options)  # fail now on a bad option, not in training
 
     def feval(preds, eval_data):
-        group = eval_data.get_group()
-        if group is None:
-            raise ValueError("the LightGBM Dataset has no query groups (pass group= to it)")
-        labels = eval_data.get_label()
-        ptr = group_ptr_from_sizes(group, n_rows=len(labels))
-        values = evaluate(preds, labels, ptr, specs, **options)
+        data = host_data(eval_data)
+        values = evaluate(preds, data.labels, data.group_ptr, specs, **options)
         return [(name, value, True) for name, value in values.items()]
 
     return feval
@@ -696,10 +693,8 @@ def make_xgboost_metric(
     evaluate([0.0], [1.0], [0, 1], specs, **options)
 
     def metric(predt, dmatrix):
-        ptr = dmatrix.get_uint_info("group_ptr")
-        if ptr.size == 0:
-            raise ValueError("the DMatrix has no query groups (pass group= or qid= to it)")
-        values = evaluate(predt, dmatrix.get_label(), ptr.astype(np.int64), specs, **options)
+        data = host_data(dmatrix)
+        values = evaluate(predt, data.labels, data.group_ptr, specs, **options)
         pairs = list(values.items())
         return pairs[0] if len(pairs) == 1 else pairs
 

@@ -30,7 +30,8 @@ from approx_gbdt import _kernels as K
 from approx_gbdt import _pair_forces as P
 from approx_gbdt import _reference as R
 from approx_gbdt._measure_terms import TERM_LOG, ideal_value, separable_value
-from approx_gbdt.utils import check_group_ptr, group_ptr_from_sizes
+from approx_gbdt.hosts import doc_weights, read_call
+from approx_gbdt.utils import check_group_ptr
 
 __all__ = [
     "ApproxAP",
@@ -304,85 +305,20 @@ class _ApproxObjective:
         """
         prep = self._prepare(labels, group_ptr, cache=False)
         s = _as_scores(scores, prep.labels.shape[0])
-        return self._grad_hess(s, prep, self._doc_weights(weights, prep.group_ptr), hessian)
+        return self._grad_hess(s, prep, doc_weights(weights, prep.group_ptr), hessian)
 
     def __call__(self, preds, data, weight=None, group=None):
-        """Host-library entry point.
-
-        ``f(preds, lgb.Dataset)`` (``lgb.train``), ``f(preds, xgb.DMatrix)`` (``xgb.train``) and
-        ``f(y_true, y_pred, weight, group)`` (``lgb.LGBMRanker``, group = query sizes).
+        """Host-library entry point: ``f(preds, lgb.Dataset)`` (``lgb.train``),
+        ``f(preds, xgb.DMatrix)`` (``xgb.train``) or ``f(y_true, y_pred, weight, group)``
+        (``lgb.LGBMRanker``, group = query sizes); :func:`approx_gbdt.hosts.read_call` reads
+        the arguments.
         """
-        module = type(data).__module__.split(".")[0]
-        if module == "lightgbm":
-            return self._from_lightgbm(preds, data)
-        if module == "xgboost":
-            return self._from_xgboost(preds, data)
-        if group is None:
-            raise ValueError(
-                f"{type(self).__name__} needs query information: call it as f(preds, "
-                "lgb.Dataset), f(preds, xgb.DMatrix) or f(y_true, y_pred, weight, group)"
-            )
-        labels = np.asarray(preds)
-        ptr = group_ptr_from_sizes(group, n_rows=labels.shape[0])
-        prep = self._prepare(labels, ptr, cache=True)
-        s = _as_scores(data, prep.labels.shape[0])
-        return self._grad_hess(s, prep, self._doc_weights(weight, prep.group_ptr), None)
-
-    def _from_lightgbm(self, preds, dataset):
-        sizes = dataset.get_group()
-        if sizes is None:
-            raise ValueError(
-                "the LightGBM Dataset has no query information: pass group= (query sizes) "
-                "to lgb.Dataset"
-            )
-        labels = dataset.get_label()
-        if labels is None:
-            raise ValueError("the LightGBM Dataset has no labels")
-        ptr = group_ptr_from_sizes(sizes, n_rows=np.shape(labels)[0])
-        prep = self._prepare(labels, ptr, cache=True)
-        s = _as_scores(preds, prep.labels.shape[0])
-        weights = dataset.get_weight()
-        return self._grad_hess(s, prep, self._doc_weights(weights, prep.group_ptr, "doc"), None)
-
-    def _from_xgboost(self, preds, dmatrix):
-        if dmatrix.num_row() == 0:  # a Dask worker that holds no training rows
-            return np.zeros(0), np.zeros(0)
-        ptr = np.asarray(dmatrix.get_uint_info("group_ptr"), dtype=np.int64)
-        if ptr.size == 0:
-            raise ValueError(
-                "the XGBoost DMatrix has no query information: pass group= or qid= to DMatrix"
-            )
-        prep = self._prepare(dmatrix.get_label(), ptr, cache=True)
-        s = _as_scores(preds, prep.labels.shape[0])
-        weights = dmatrix.get_weight()
-        weights = None if weights.size == 0 else weights
-        grad, hess = self._grad_hess(
-            s, prep, self._doc_weights(weights, prep.group_ptr, "query"), None
-        )
-        return grad, hess
-
-    # -- helpers ---------------------------------------------------------------------------------
-    @staticmethod
-    def _doc_weights(weights, group_ptr, kind=None):
-        """Per-document weights (empty array for none) from per-document or per-query ones."""
-        if weights is None:
-            return np.empty(0)
-        w = np.asarray(weights, dtype=np.float64).ravel()
-        n = int(group_ptr[-1])
-        nq = group_ptr.shape[0] - 1
-        if kind is None:
-            kind = "doc" if w.shape[0] == n else "query" if w.shape[0] == nq else None
-        expected = n if kind == "doc" else nq
-        if kind is None or w.shape[0] != expected:
-            raise ValueError(
-                f"got {w.shape[0]} weights; expected one per document ({n}) "
-                f"or one per query ({nq})"
-            )
-        if not np.all(np.isfinite(w)) or np.any(w < 0):
-            raise ValueError("weights must be finite and non-negative")
-        if kind == "query":
-            w = np.repeat(w, np.diff(group_ptr))
-        return np.ascontiguousarray(w)
+        scores, data = read_call(preds, data, weight, group)
+        if data.host == "xgboost" and data.labels.shape[0] == 0:
+            return np.zeros(0), np.zeros(0)  # a Dask worker that holds no training rows
+        prep = self._prepare(data.labels, data.group_ptr, cache=True)
+        s = _as_scores(scores, prep.labels.shape[0])
+        return self._grad_hess(s, prep, data.doc_weights(), None)
 
     # -- the measure ------------------------------------------------------------------------------
     def _term_args(self):
@@ -412,7 +348,7 @@ class _ApproxObjective:
         the per-document ``v = dM/dpos^`` and ``e = d2M/dpos^2``: for tests and benchmarks."""
         prep = self._prepare(labels, group_ptr, cache=False)
         s = _as_scores(scores, prep.labels.shape[0])
-        w = self._doc_weights(weights, prep.group_ptr)
+        w = doc_weights(weights, prep.group_ptr)
         a = prep.arrays
         kind, k, beta, theta = self._term_args()
         n = s.shape[0]

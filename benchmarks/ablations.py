@@ -348,10 +348,10 @@ class Objective:
         self.it = 0
 
     def __call__(self, preds, dataset):
-        from approx_gbdt.utils import group_ptr_from_sizes
+        from approx_gbdt.hosts import host_data
 
-        y = dataset.get_label()
-        ptr = group_ptr_from_sizes(dataset.get_group(), n_rows=y.shape[0])
+        data = host_data(dataset)
+        y, ptr = data.labels, data.group_ptr
         s = np.asarray(preds, dtype=np.float64)
         g = np.zeros_like(s)
         h = np.zeros_like(s)

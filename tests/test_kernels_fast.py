@@ -17,6 +17,7 @@ import pytest
 
 from approx_gbdt import _kernels as K
 from approx_gbdt import _reference as R
+from approx_gbdt.hosts import doc_weights
 from approx_gbdt.objectives import ApproxAP, ApproxNDCG
 
 MODES = ["exact", "bound", "abs", "mixed", "constant"]
@@ -33,7 +34,7 @@ def _fast(obj, s, y, ptr, mode, w, par_min=K._PAR_MIN, order=None):
     if order is not None:
         prep.work["order"] = order
     obj._par_min = par_min
-    return obj._grad_hess(s, prep, obj._doc_weights(w if w.size else None, prep.group_ptr), mode)
+    return obj._grad_hess(s, prep, doc_weights(w if w.size else None, prep.group_ptr), mode)
 
 
 def _check(ref, fast, ptr, bound, what):

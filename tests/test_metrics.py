@@ -553,7 +553,7 @@ def test_lightgbm_feval_inside_train():
         ("map", True),
         ("mrr", True),
     ]
-    with pytest.raises(ValueError, match="no query groups"):
+    with pytest.raises(ValueError, match="no query information"):
         feval(np.zeros(yv.size), lgb.Dataset(Xv, yv).construct())
 
 
@@ -581,5 +581,5 @@ def test_xgboost_metric_inside_train():
             assert record["v"][name][i] == pytest.approx(value, rel=1e-6)
     single = make_xgboost_metric("mrr")(booster.predict(dvalid), dvalid)
     assert single[0] == "mrr" and 0 < single[1] <= 1
-    with pytest.raises(ValueError, match="no query groups"):
+    with pytest.raises(ValueError, match="no query information"):
         metric(np.zeros(yv.size), xgb.DMatrix(Xv, yv))
