@@ -34,6 +34,7 @@ from approx_gbdt.objectives import (
 )
 from approx_gbdt.rankboost import RankBoost
 from approx_gbdt.softrank import SoftNDCG
+from approx_gbdt.training import FitResult, fit_ranker
 from approx_gbdt.utils import (
     check_group_ptr,
     group_ptr_from_qid,
@@ -60,6 +61,7 @@ __all__ = [
     "ApproxAP",
     "ApproxNDCG",
     "ApproxXGBRanker",
+    "FitResult",
     "LetorFold",
     "RankBoost",
     "RankingData",
@@ -69,6 +71,7 @@ __all__ = [
     "average_precision",
     "check_group_ptr",
     "evaluate",
+    "fit_ranker",
     "group_ptr_from_qid",
     "gumbel_perturbed",
     "group_ptr_from_sizes",

@@ -18,7 +18,6 @@ import gzip
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -238,67 +237,19 @@ def _lightgbm_params(objective, *, learning_rate, seed, threads, extra=None):
     return params
 
 
-def _train_lightgbm(params, train, valid, *, rounds, patience, progress, desc):
-    """lgb.train with early stopping on ``valid`` (if any) and a progress bar.
+def _train(backend, objective, params, train, valid, *, rounds, patience, progress, desc):
+    """:func:`approx_gbdt.training.fit_ranker` with early stopping on ``valid`` (if any) by
+    NDCG@10 and a progress bar. Returns ``(FitResult, validation curve)``."""
+    from approx_gbdt.training import fit_ranker
 
-    Returns ``(booster, validation curve, seconds)``.
-    """
-    import lightgbm as lgb
-
-    from approx_gbdt.metrics import make_lightgbm_feval
-    from approx_gbdt.utils import group_sizes_from_ptr
-
-    dtrain = lgb.Dataset(train.X, train.y, group=group_sizes_from_ptr(train.group_ptr),
-                         free_raw_data=False)
-    record, callbacks, valid_sets = {}, [], []
-    if valid is not None:
-        dvalid = lgb.Dataset(valid.X, valid.y, group=group_sizes_from_ptr(valid.group_ptr),
-                             reference=dtrain)
-        valid_sets = [dvalid]
-        callbacks += [lgb.record_evaluation(record),
-                      lgb.early_stopping(patience, first_metric_only=True, verbose=False)]
     with _bar(rounds, desc, progress) as bar:
-        start = time.perf_counter()
-        booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=valid_sets,
-                            valid_names=["valid"][: len(valid_sets)],
-                            feval=make_lightgbm_feval(STOP_METRIC) if valid_sets else None,
-                            callbacks=[_LightGBMProgress(bar), *callbacks])
-        seconds = time.perf_counter() - start
-        if valid_sets and booster.current_iteration() < rounds:
-            bar.set_postfix_str(f"stopped early, best round {booster.best_iteration}")
-    curve = record.get("valid", {}).get(STOP_METRIC, [])
-    return booster, curve, seconds
-
-
-def _train_xgboost(params, obj, train, valid, *, rounds, patience, progress, desc):
-    import xgboost as xgb
-
-    from approx_gbdt.metrics import make_xgboost_metric
-    from approx_gbdt.utils import group_sizes_from_ptr
-
-    def dmatrix(data):
-        d = xgb.DMatrix(data.X, label=data.y)
-        d.set_group(group_sizes_from_ptr(data.group_ptr))
-        return d
-
-    dtrain = dmatrix(train)
-    evals = [] if valid is None else [(dmatrix(valid), "valid")]
-    record = {}
-    with _bar(rounds, desc, progress) as bar:
-        start = time.perf_counter()
-        booster = xgb.train(params, dtrain, num_boost_round=rounds, evals=evals, obj=obj,
-                            custom_metric=make_xgboost_metric(STOP_METRIC) if evals else None,
-                            maximize=True if evals else None,
-                            early_stopping_rounds=patience if evals else None,
-                            evals_result=record, verbose_eval=False,
-                            callbacks=[_xgboost_progress(bar)])
-        seconds = time.perf_counter() - start
-        if evals and booster.num_boosted_rounds() < rounds:
-            bar.set_postfix_str(f"stopped early, best round {booster.best_iteration + 1}")
-    curve = record.get("valid", {}).get(STOP_METRIC, [])
-    if evals:  # keep the best rounds only, so that the saved model predicts with them
-        booster = booster[: booster.best_iteration + 1]
-    return booster, curve, seconds
+        progress_cb = _LightGBMProgress(bar) if backend == "lightgbm" else _xgboost_progress(bar)
+        fit = fit_ranker(backend, objective, train, valid, params=params, num_boost_round=rounds,
+                         early_stopping_rounds=None if valid is None else patience,
+                         metric=STOP_METRIC, callbacks=[progress_cb])
+        if valid is not None and fit.rounds_run < rounds:
+            bar.set_postfix_str(f"stopped early, best round {fit.best_iteration}")
+    return fit, fit.curve(STOP_METRIC)
 
 
 def _format_table(header, rows, floats=4):
@@ -393,13 +344,12 @@ def cmd_demo(args):
     for name, objective in methods.items():
         params = _lightgbm_params(objective, learning_rate=args.learning_rate, seed=args.seed,
                                   threads=args.threads)
-        booster, curve, seconds = _train_lightgbm(
-            params, train, valid, rounds=args.rounds, patience=args.patience,
-            progress=args.progress, desc=f"{name:<10}")
-        best_round = booster.best_iteration or booster.current_iteration()
-        scores = booster.predict(test.X, num_iteration=best_round)
-        values = evaluate(scores, test.y, test.group_ptr, TABLE_METRICS)
-        rows.append([name, *values.values(), best_round, f"{seconds:.1f}"])
+        result, curve = _train("lightgbm", objective, params, train, valid,
+                               rounds=args.rounds, patience=args.patience,
+                               progress=args.progress, desc=f"{name:<10}")
+        best_round = result.best_iteration
+        values = evaluate(result.predict(test.X), test.y, test.group_ptr, TABLE_METRICS)
+        rows.append([name, *values.values(), best_round, f"{result.seconds:.1f}"])
         curves[name], best[name] = curve, best_round
 
     header = ["method", *(LABELS[m] for m in TABLE_METRICS), "best round", "train s"]
@@ -467,13 +417,13 @@ def cmd_train(args):
         params = _lightgbm_params(objective, learning_rate=args.learning_rate, seed=args.seed,
                                   threads=args.threads, extra=extra)
         try:
-            booster, curve, seconds = _train_lightgbm(params, train, valid, **fit)
+            result, curve = _train(backend, objective, params, train, valid, **fit)
         except lgb.basic.LightGBMError as err:
             raise CLIError(f"LightGBM: {err}") from err
         except ValueError as err:  # the approx objectives' checks of the labels
             raise CLIError(f"{args.train}: {err}") from err
-        best_round = booster.best_iteration or booster.current_iteration()
-        save = lambda: booster.save_model(out, num_iteration=best_round)  # noqa: E731
+        save = lambda: result.booster.save_model(  # noqa: E731
+            out, num_iteration=result.best_iteration)
         kind = "LightGBM text model"
     else:
         import xgboost as xgb
@@ -487,23 +437,20 @@ def cmd_train(args):
         }
         if args.threads > 0:
             params["nthread"] = args.threads
-        if not is_approx:
-            params["objective"] = name
         params.update(extra)
         try:
-            booster, curve, seconds = _train_xgboost(
-                params, objective if is_approx else None, train, valid, **fit)
+            result, curve = _train(backend, objective, params, train, valid, **fit)
         except xgb.core.XGBoostError as err:
             raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
         except ValueError as err:
             raise CLIError(f"{args.train}: {err}") from err
-        best_round = booster.num_boosted_rounds()
-        save = lambda: booster.save_model(out)  # noqa: E731
+        save = lambda: result.kept_booster().save_model(out)  # noqa: E731
         kind = f"XGBoost {out.suffix[1:].upper()} model"
     try:
         save()
     except OSError as err:
         raise CLIError(f"cannot write {out}: {err}") from err
+    best_round, seconds = result.best_iteration, result.seconds
     summary = f"{best_round} rounds in {seconds:.1f} s"
     if curve:
         summary += (f"; best round {best_round} of {len(curve)}, "

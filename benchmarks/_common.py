@@ -68,6 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from approx_gbdt.measures import MEASURES as OBJECTIVES
+from approx_gbdt.training import fit_ranker
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -554,17 +555,12 @@ def fit_predict(method: Method, fold: Fold, seed: int, config: dict, budget: Bud
 
 
 def _fit_lgb(method, fold, seed, config, budget):
-    import lightgbm as lgb
-
-    from approx_gbdt import make_lightgbm_feval
-
     obj_opts, other = split_options(method)
     objective = (
         make_objective(method.objective, obj_opts, seed) if method.objective in APPROX
         else method.objective
     )
     params = {
-        "objective": objective,
         "learning_rate": LEARNING_RATE,
         "num_leaves": NUM_LEAVES,
         "lambda_l2": config["l2"],
@@ -580,23 +576,12 @@ def _fit_lgb(method, fold, seed, config, budget):
         "verbosity": -1,
     }
     params.update(other)
-    tr, va = fold.train, fold.vali
-    dtrain = lgb.Dataset(tr.X, tr.y, group=_sizes(tr), free_raw_data=False)
-    dvalid = lgb.Dataset(va.X, va.y, group=_sizes(va), reference=dtrain)
-    t0 = time.perf_counter()
-    booster = lgb.train(
-        params,
-        dtrain,
-        num_boost_round=budget.rounds,
-        valid_sets=[dvalid],
-        valid_names=["vali"],
-        feval=make_lightgbm_feval(STOP_METRIC),
-        callbacks=[lgb.early_stopping(budget.patience, first_metric_only=True, verbose=False)],
-    )
-    seconds = time.perf_counter() - t0
-    best = booster.best_iteration or booster.current_iteration()
-    valid = booster.best_score["vali"][STOP_METRIC] if booster.best_score else float("nan")
-    return booster.predict(fold.test.X, num_iteration=best), float(valid), int(best), seconds
+    fit = fit_ranker("lightgbm", objective, fold.train, fold.vali, params=params,
+                     num_boost_round=budget.rounds, early_stopping_rounds=budget.patience,
+                     metric=STOP_METRIC)
+    best = fit.best_iteration
+    valid = fit.curve(STOP_METRIC)[best - 1]
+    return fit.predict(fold.test.X), float(valid), int(best), fit.seconds
 
 
 def _dmatrices(method, fold, cache):
@@ -616,10 +601,6 @@ def _dmatrices(method, fold, cache):
 
 
 def _fit_xgb(method, fold, seed, config, budget, cache):
-    import xgboost as xgb
-
-    from approx_gbdt import make_xgboost_metric
-
     obj_opts, other = split_options(method)
     params = {
         "eta": LEARNING_RATE,
@@ -634,29 +615,17 @@ def _fit_xgb(method, fold, seed, config, budget, cache):
         "disable_default_eval_metric": 1,
         "verbosity": 0,
     }
-    kwargs = {}
-    if method.objective in APPROX:
-        kwargs["obj"] = make_objective(method.objective, obj_opts, seed)
-    else:
-        params["objective"] = method.objective
+    objective = (
+        make_objective(method.objective, obj_opts, seed) if method.objective in APPROX
+        else method.objective
+    )
     params.update(other)
     dtr, dva, dte = _dmatrices(method, fold, cache)
-    t0 = time.perf_counter()
-    booster = xgb.train(
-        params,
-        dtr,
-        num_boost_round=budget.rounds,
-        evals=[(dva, "vali")],
-        custom_metric=make_xgboost_metric(STOP_METRIC),
-        maximize=True,
-        early_stopping_rounds=budget.patience,
-        verbose_eval=False,
-        **kwargs,
-    )
-    seconds = time.perf_counter() - t0
-    best = int(booster.best_iteration) + 1
-    scores = booster.predict(dte, iteration_range=(0, best))
-    return scores, float(booster.best_score), best, seconds
+    fit = fit_ranker("xgboost", objective, dtr, dva, params=params,
+                     num_boost_round=budget.rounds, early_stopping_rounds=budget.patience,
+                     metric=STOP_METRIC)
+    best = fit.best_iteration
+    return fit.predict(dte), float(fit.curve(STOP_METRIC)[best - 1]), best, fit.seconds
 
 
 def _best_staged(staged, data, every):
