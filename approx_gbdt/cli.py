@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import subprocess
+import importlib.util
 import sys
 import textwrap
 from pathlib import Path
@@ -547,7 +547,20 @@ def cmd_compare(args, rest):
             argv += [flag, str(value)]
     if args.quick:
         argv.append("--quick")
-    return subprocess.call([sys.executable, str(script), *argv, *rest])
+    spec = importlib.util.spec_from_file_location("approx_gbdt_quality_benchmark", script)
+    quality = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quality)
+    try:
+        quality.main([*argv, *rest])
+    except ValueError as err:  # a bad --methods entry
+        raise CLIError(str(err)) from None
+    except SystemExit as stop:  # the runner's own argument and data errors
+        if stop.code in (None, 0):
+            return 0
+        if isinstance(stop.code, int):
+            return stop.code
+        raise CLIError(str(stop.code)) from None
+    return 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -296,3 +296,19 @@ def test_every_registered_objective_by_name():
             assert _approx_objective(base, k=k).k == 4
         obj = _approx_objective(name, alpha=2.0)
         assert type(obj) is info.objective and obj.alpha == 2.0
+
+
+def test_compare_runs_the_quality_benchmark_in_process(tmp_path, capsys):
+    status = main(["compare", "--data", "generated", "--quick", "--out", str(tmp_path),
+                   "--methods", "lgb:lambdarank", "lgb:approx_ndcg", "--no-neural",
+                   "--no-catboost", "--jobs", "1"])
+    assert status == 0
+    table = (tmp_path / "quality_generated.md").read_text()
+    assert "| `lgb:lambdarank` |" in table and "| `lgb:approx_ndcg` |" in table
+
+
+def test_compare_passes_the_runner_errors_on(tmp_path, capsys):
+    status = main(["compare", "--data", "generated", "--quick", "--out", str(tmp_path),
+                   "--methods", "lgb:no_such_objective", "--no-neural", "--no-catboost"])
+    err = capsys.readouterr().err
+    assert status == 1 and err.startswith("approx-gbdt: error: ") and "no_such_objective" in err
