@@ -280,13 +280,14 @@ def _value(text: str):
 
 
 def parse_method(text: str) -> Method:
-    """Parse ``"lgb:approx_ndcg(alpha=20,hessian=bound)"`` (spaces ignored)."""
+    """Parse ``"lgb:approx_ndcg(alpha=20,hessian=bound)"`` (spaces ignored); an approx
+    objective may carry its cutoff as ``@k``: ``"lgb:approx_precision@5"`` sets ``k=5``."""
     s = re.sub(r"\s+", "", text)
-    m = re.fullmatch(r"([a-z]+):([A-Za-z_:]+)(?:\((.*)\))?", s)
+    m = re.fullmatch(r"([a-z]+):([A-Za-z_:]+)(?:@(\d+))?(?:\((.*)\))?", s)
     if m is None:
         raise ValueError(f"method {text!r}: expected library:objective or "
                          "library:objective(key=value,...)")
-    lib, obj, opts = m.group(1), m.group(2), m.group(3)
+    lib, obj, cutoff, opts = m.group(1), m.group(2), m.group(3), m.group(4)
     if lib not in LIBRARIES:
         raise ValueError(f"method {text!r}: library must be one of {LIBRARIES}")
     if lib in BOOSTED:
@@ -296,6 +297,10 @@ def parse_method(text: str) -> Method:
     if obj not in known:
         raise ValueError(f"method {text!r}: objective for {lib} must be one of {known}")
     options = []
+    if cutoff is not None:
+        if obj not in OBJECTIVES or OBJECTIVES[obj].cutoff == "none" or int(cutoff) < 1:
+            raise ValueError(f"method {text!r}: {obj} takes no cutoff @{cutoff}")
+        options.append(("k", int(cutoff)))
     if opts:
         for item in _split_top(opts, ","):
             if "=" not in item:

@@ -116,7 +116,8 @@ def parse_args(argv):
                    help="tuning grid, the same for every method (default small: 4 configs)")
     p.add_argument("--methods", nargs="+", default=["default"],
                    help="method names (see benchmarks/_common.py); 'default' expands to the "
-                        "default list; e.g. default 'lgb:approx_ndcg(alpha=20,hessian=bound)'")
+                        "default list; e.g. default 'lgb:approx_ndcg(alpha=20,hessian=bound)' "
+                        "'xgb:approx_precision@5'")
     p.add_argument("--also-paired", nargs="*", default=[], metavar="METHOD",
                    help=f"further references for the paired test (besides {REFERENCE})")
     p.add_argument("--rounds", type=int, default=2000, help="maximum boosting rounds")
@@ -226,11 +227,15 @@ def target_measure(m: C.Method) -> str | None:
     """The test measure (column of the cross-metric matrix) a method's objective targets."""
     if m.library == "ada":
         return "MAP" if m.objective == "map" else "NDCG"
-    if m.objective in ("approx_ndcg", "soft_ndcg"):
-        k = m.opts.get("k")
+    k = m.opts.get("k")
+    if m.objective in ("approx_ndcg", "approx_dcg", "soft_ndcg"):  # DCG: listed with NDCG
         return "NDCG" if k is None else f"NDCG@{k}"
     if m.objective in ("approx_ap", "rank:map"):
         return "MAP"
+    if m.objective == "approx_mrr":
+        return "MRR"
+    if m.objective == "approx_precision":
+        return f"P@{k if k is not None else C.OBJECTIVES['approx_precision'].instance.k}"
     if m.objective in ("lambdarank", "rank_xendcg", "rank:ndcg") or m.library == "cb":
         return "NDCG"
     return None
@@ -465,8 +470,9 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "",
         "## Cross-metric matrix (Yilmaz & Robertson 2009)",
         "",
-        "Rows: the objective trained on (its target measure; LightGBM lambdarank, rank_xendcg "
-        "and XGBoost rank:ndcg are listed as NDCG surrogates, rank:pairwise targets none); "
+        "Rows: the objective trained on (its target measure; LightGBM lambdarank, rank_xendcg, "
+        "XGBoost rank:ndcg, CatBoost's objectives and approx_dcg are listed as NDCG "
+        "surrogates; rank:pairwise, approx_recall and approx_rbp target no column); "
         "columns: the test measure (NDCG = untruncated). Cell: mean test value as above "
         "(rank among the rows in that column); the cell of the row's own target in bold.",
         "",

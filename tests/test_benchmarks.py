@@ -35,6 +35,12 @@ def test_parse_method_names_and_options():
         C.parse_method("lgb:rank:ndcg")
     with pytest.raises(ValueError):
         C.parse_method("catboost:approx_ndcg")
+    m = C.parse_method("lgb:approx_precision@5(alpha=20)")
+    assert (m.objective, m.opts) == ("approx_precision", {"k": 5, "alpha": 20})
+    assert C.make_objective(m.objective, C.split_options(m)[0]).k == 5
+    for bad in ("lgb:approx_mrr@3", "lgb:lambdarank@5", "lgb:approx_ndcg@0"):
+        with pytest.raises(ValueError, match="cutoff"):
+            C.parse_method(bad)
     m = C.parse_method("cb:YetiRank")
     assert (m.library, m.objective) == ("cb", "YetiRank")
     with pytest.raises(ValueError):  # CatBoost cannot host the approx objectives
