@@ -88,7 +88,24 @@ def _first_bad_line(path):
 
 
 def _load(path, what="data"):
-    """load_letor with its errors turned into one-line user errors."""
+    """load_letor with its errors turned into one-line user errors; labels must be usable.
+
+    LightGBM turns a NaN label into 0 before an objective sees it, so NaN and negative labels
+    are refused here, where the file's own labels are still at hand.
+    """
+    data = _read(path, what)
+    y = data.y
+    bad = np.flatnonzero(~np.isfinite(y) | (y < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise CLIError(
+            f"{path}: the label of data line {i + 1} is {y[i]:g}; labels must be finite "
+            f"numbers >= 0 ({bad.size} bad label{'s' if bad.size > 1 else ''})"
+        )
+    return data
+
+
+def _read(path, what):
     from approx_gbdt.datasets import load_letor
 
     try:
@@ -374,8 +391,10 @@ def cmd_demo(args):
         raise _usage(f"--queries must be at least 10, got {args.queries}")
     _check_boosting_args(args)
     out_dir = Path(args.out_dir)
-    if not out_dir.is_dir():
-        raise CLIError(f"output folder not found: {out_dir}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CLIError(f"cannot create the output folder {out_dir}: {err}") from err
     n_valid = n_test = max(1, args.queries // 5)
     sizes = (args.queries - n_valid - n_test, n_valid, n_test)
     splits = make_ranking_splits(sizes, seed=args.seed)
@@ -432,6 +451,118 @@ def _parse_params(items):
     return params
 
 
+def _plural(n, word, plural=None):
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _warn(message):
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _check_training_data(data, path, objective):
+    """Refuse training data on which every gradient is 0 (nothing to rank)."""
+    sizes = np.diff(data.group_ptr)
+    starts = data.group_ptr[:-1]
+    top = np.maximum.reduceat(data.y, starts)
+    low = np.minimum.reduceat(data.y, starts)
+    threshold = getattr(objective, "threshold", None)
+    if threshold is None:
+        useful = (sizes > 1) & (top > low)
+        what = "two documents with different labels"
+    else:
+        useful = (sizes > 1) & (top >= threshold) & (low < threshold)
+        what = f"a relevant (label >= {threshold:g}) and a non-relevant document"
+    if not useful.any():
+        raise CLIError(
+            f"{path}: no query has {what}, so there is nothing to rank (every gradient is 0)"
+        )
+
+
+# A query counts for the validation NDCG@10 only if it has a relevant document (label > 0);
+# fewer such queries than this make the best round of early stopping a matter of chance.
+_FEW_VALID_QUERIES = 10
+
+
+def _check_validation_data(data, path):
+    counted = int(np.count_nonzero(np.maximum.reduceat(data.y, data.group_ptr[:-1]) > 0))
+    if counted == 0:
+        raise CLIError(
+            f"{path}: no validation query has a relevant document (label > 0), so the "
+            "validation NDCG@10 is undefined and early stopping cannot work; use other "
+            "validation data or leave out --valid"
+        )
+    if counted < _FEW_VALID_QUERIES:
+        queries = _plural(counted, "validation query", "validation queries")
+        _warn(f"early stopping watches NDCG@10 on {queries} with a relevant document; so few "
+              "make the best round a matter of chance")
+
+
+def _lightgbm_names():
+    """Every LightGBM parameter name and alias, or None if this LightGBM cannot list them."""
+    try:
+        from lightgbm.basic import _ConfigAliases
+
+        aliases = _ConfigAliases._get_all_param_aliases()
+    except Exception:  # a private helper of LightGBM: without it, names are not checked
+        return None
+    return set(aliases) | {alias for names in aliases.values() for alias in names}
+
+
+def _check_lightgbm_params(extra):
+    import difflib
+
+    known = _lightgbm_names()
+    if known is None:
+        return
+    for key in extra:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _usage(f"--param {key}: not a LightGBM parameter{hint}")
+
+
+def _check_xgboost_params(params, extra, data):
+    """XGBoost lists the parameters it does not use when it configures a booster."""
+    import re
+    import warnings
+
+    import xgboost as xgb
+
+    if not extra:
+        return
+    d = xgb.DMatrix(data.X[:2], label=data.y[:2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            xgb.Booster(params, [d]).save_config()
+        except xgb.core.XGBoostError as err:
+            raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
+    unused = set()
+    for w in caught:
+        match = re.search(r"Parameters: \{(.*?)\} are not used", str(w.message), re.S)
+        if match:
+            unused |= {name.strip().strip('"') for name in match.group(1).split(",")}
+    bad = sorted(unused & set(extra))
+    if bad:
+        raise _usage(f"--param {bad[0]}: XGBoost does not use this parameter here")
+
+
+def _check_min_data_in_leaf(params, data, path):
+    """LightGBM needs 2 x min_data_in_leaf rows for any split; with fewer it has no feature."""
+    from lightgbm.basic import _ConfigAliases
+
+    value = params.get("min_data_in_leaf", 20)
+    for alias in _ConfigAliases.get("min_data_in_leaf"):
+        value = params.get(alias, value)
+    n = data.y.size
+    if n < 2 * int(value):
+        raise CLIError(
+            f"{path} has {_plural(n, 'document')}, fewer than 2 x min_data_in_leaf = "
+            f"{2 * int(value)}, so LightGBM can split on no feature; add --param "
+            f"min_data_in_leaf={max(1, n // 2)} (or less)"
+        )
+
+
 def cmd_train(args):
     backend = args.backend
     name, k = _parse_objective(args.objective, backend, args.k)
@@ -447,17 +578,23 @@ def cmd_train(args):
     objective = _approx_objective(name, alpha=args.alpha, k=k, beta=args.beta) if is_approx \
         else name
     extra = _parse_params(args.param)
+    if backend == "lightgbm":
+        _check_lightgbm_params(extra)
 
     train = _load(args.train, "training")
     valid = None if args.valid is None else _load(args.valid, "validation")
     width = max(train.X.shape[1], 0 if valid is None else valid.X.shape[1])
     train = _pad(train, width)
     valid = None if valid is None else _pad(valid, width)
-    print(f"training: {args.train} ({train.n_queries} queries, {train.y.size} documents, "
-          f"{width} features)")
+    print(f"training: {args.train} ({_plural(train.n_queries, 'query', 'queries')}, "
+          f"{_plural(train.y.size, 'document')}, {_plural(width, 'feature')})")
     if valid is not None:
-        print(f"validation: {args.valid} ({valid.n_queries} queries, {valid.y.size} documents)")
+        print(f"validation: {args.valid} ({_plural(valid.n_queries, 'query', 'queries')}, "
+              f"{_plural(valid.y.size, 'document')})")
     print(f"objective: {objective if is_approx else name} ({backend})", flush=True)
+    _check_training_data(train, args.train, objective if is_approx else None)
+    if valid is not None:
+        _check_validation_data(valid, args.valid)
 
     fit = {"rounds": args.rounds, "patience": args.patience, "progress": args.progress,
            "desc": "train"}
@@ -466,6 +603,7 @@ def cmd_train(args):
 
         params = _lightgbm_params(objective, learning_rate=args.learning_rate, seed=args.seed,
                                   threads=args.threads, extra=extra)
+        _check_min_data_in_leaf(params, train, args.train)
         try:
             booster, curve, seconds = _train_lightgbm(params, train, valid, **fit)
         except lgb.basic.LightGBMError as err:
@@ -490,6 +628,7 @@ def cmd_train(args):
         if not is_approx:
             params["objective"] = name
         params.update(extra)
+        _check_xgboost_params(params, extra, train)
         try:
             booster, curve, seconds = _train_xgboost(
                 params, objective if is_approx else None, train, valid, **fit)
@@ -504,10 +643,12 @@ def cmd_train(args):
         save()
     except OSError as err:
         raise CLIError(f"cannot write {out}: {err}") from err
-    summary = f"{best_round} rounds in {seconds:.1f} s"
+    trained = len(curve) if curve else best_round
+    summary = f"{_plural(trained, 'round')} in {seconds:.1f} s"
     if curve:
-        summary += (f"; best round {best_round} of {len(curve)}, "
-                    f"validation NDCG@10 {curve[best_round - 1]:.4f}")
+        kept = "round 1" if best_round == 1 else f"rounds 1-{best_round}"
+        summary += (f"; the model keeps {kept} (best validation NDCG@10 "
+                    f"{curve[best_round - 1]:.4f})")
     print(summary)
     print(f"saved {kind}: {out}")
     return 0
@@ -564,9 +705,13 @@ def cmd_evaluate(args):
             )
         data = data._replace(X=data.X[:, :n_model])
     data = _pad(data, n_model)
-    values = evaluate(predict(data.X), data.y, data.group_ptr, EVAL_METRICS)
+    try:
+        values = evaluate(predict(data.X), data.y, data.group_ptr, EVAL_METRICS)
+    except ValueError as err:  # e.g. labels too large for NDCG's gain
+        raise CLIError(f"{args.data}: {err}") from err
     print(f"model: {args.model} ({library}, {n_model} features)")
-    print(f"data: {args.data} ({data.n_queries} queries, {data.y.size} documents)")
+    print(f"data: {args.data} ({_plural(data.n_queries, 'query', 'queries')}, "
+          f"{_plural(data.y.size, 'document')})")
     print()
     print(_format_table(["metric", "value"], [[LABELS[m], v] for m, v in values.items()]))
     print(_undefined_note(data) + ".")
@@ -668,7 +813,8 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="data and LightGBM seed (0)")
     p.add_argument("--threads", type=int, default=1,
                    help="LightGBM threads (1: on small data more threads mostly wait)")
-    p.add_argument("--out-dir", default=".", help="folder for approx_gbdt_demo.png (.)")
+    p.add_argument("--out-dir", default=".",
+                   help="folder for approx_gbdt_demo.png, created if missing (.)")
     _add_progress(p)
 
     p = sub.add_parser(

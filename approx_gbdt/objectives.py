@@ -30,7 +30,7 @@ from approx_gbdt import _kernels as K
 from approx_gbdt import _pair_forces as P
 from approx_gbdt import _reference as R
 from approx_gbdt._measure_terms import TERM_LOG, ideal_value, separable_value
-from approx_gbdt.utils import check_group_ptr, group_ptr_from_sizes
+from approx_gbdt.utils import MAX_GRADED_LABEL, check_group_ptr, group_ptr_from_sizes
 
 __all__ = [
     "ApproxAP",
@@ -53,7 +53,7 @@ POSITIONS = ("sigmoid", "label_aware")
 PAIR_FORCES = ("tangent", "chord", "swap")
 
 # 2^y - 1 must stay finite in float64, and so must the ideal DCG.
-_MAX_LABEL = 1000.0
+_MAX_LABEL = MAX_GRADED_LABEL
 _CACHE_SIZE = 16
 
 
@@ -405,6 +405,7 @@ class _ApproxObjective:
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
         )
+        warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess
 
     def _reference_grad_hess(self, scores, labels, group_ptr, weights=None, *, hessian=None):
@@ -512,6 +513,45 @@ def warn_if_truncated_away(obj, prep, grad, weights):
             "truncation factor underflows and boosting will not move (typical at a "
             "constant start on queries much longer than 2 k). Use k=None, a smaller beta, "
             "or start from a fitted model (init_score / base_margin).",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def misordered_queries(scores, relevance, group_ptr):
+    """Number of queries that rank a document above a more relevant one (ties worst-first)."""
+    nq = group_ptr.shape[0] - 1
+    qid = np.repeat(np.arange(nq), np.diff(group_ptr))
+    order = np.lexsort((relevance, -scores, qid))
+    r, q = relevance[order], qid[order]
+    bad = (r[1:] > r[:-1]) & (q[1:] == q[:-1])
+    return int(np.unique(q[1:][bad]).size)
+
+
+def warn_if_saturated(obj, scores, prep, grad, weights):
+    """Warn when no document has a gradient although some query is misordered.
+
+    The sigmoids of the smoothed positions saturate when ``alpha`` times the score gaps is
+    large (the kernels count a pair as saturated once that product exceeds a few tens): the
+    documents then sit at their exact positions and boosting cannot move them, even where a
+    less relevant document is ranked first. A truncated measure (``k``) has its own warning.
+    """
+    if grad.any() or getattr(obj, "_k", 0) or (weights.size and not weights.any()):
+        return
+    a = prep.arrays
+    if a["gains"] is not None:
+        relevance = a["gains"]
+    else:
+        relevance = (prep.labels >= obj.threshold).astype(np.float64)
+    active = np.repeat((a["inv_z"] > 0) & (np.diff(prep.group_ptr) > 1), np.diff(prep.group_ptr))
+    bad = misordered_queries(scores, np.where(active, relevance, 0.0), prep.group_ptr)
+    if bad:
+        warnings.warn(
+            f"{type(obj).__name__}(alpha={obj.alpha:g}) has no gradient at these scores "
+            f"although {bad} of {prep.group_ptr.shape[0] - 1} queries rank a less relevant "
+            "document above a more relevant one: alpha times the score gaps is so large that "
+            "the sigmoids of the smoothed positions saturate, and boosting will not move. "
+            "Start from smaller scores (init_score / base_margin) or use a smaller alpha.",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -670,6 +710,7 @@ class ApproxNDCG(_ApproxObjective):
                 self.pair_force != "tangent", self.pair_force == "swap", self._mode(hessian),
                 self.hessian_floor, self.hessian_constant, self.normalize, grad, hess,
             )
+            warn_if_saturated(self, s, prep, grad, weights)
         if self._k:
             warn_if_truncated_away(self, prep, grad, weights)
         return grad, hess

@@ -43,6 +43,9 @@ def _dmatrix(X, y, group, qid, weight, what):
     y = np.asarray(y, dtype=np.float64).ravel()
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"{what}: X has {X.shape[0]} rows but y has {y.shape[0]} labels")
+    if not np.all(np.isfinite(y)):
+        bad = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ValueError(f"{what}: labels must be finite: label {bad} is {y[bad]}")
     order, sizes = _query_layout(X.shape[0], group, qid, what)
     if order is not None:
         X, y = X[order], y[order]
