@@ -29,6 +29,7 @@ from approx_gbdt.objectives import (
     ApproxNDCG,
     approx_ap_obj,
     approx_ndcg_obj,
+    clear_cache,
     gumbel_perturbed,
     smoothed_positions,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "approx_ndcg_obj",
     "average_precision",
     "check_group_ptr",
+    "clear_cache",
     "evaluate",
     "group_ptr_from_qid",
     "gumbel_perturbed",

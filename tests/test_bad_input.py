@@ -83,3 +83,28 @@ def test_xgb_ranker_refuses_nan_labels():
     X = np.random.default_rng(0).random((6, 2))
     with pytest.raises(ValueError, match="labels must be finite: label 1 is nan"):
         ApproxXGBRanker(n_estimators=1).fit(X, [0.0, np.nan, 1.0, 0.0, 1.0, 2.0], group=[3, 3])
+
+
+def test_clear_cache_releases_every_objectives_datasets():
+    import gc
+    import weakref
+
+    from approx_gbdt import ApproxAP, SoftNDCG, approx_ap_obj, clear_cache
+
+    clear_cache()
+    y = np.array([0.0, 1.0, 2.0, 0.0, 1.0])
+    mine, soft = ApproxAP(beta=1.0), SoftNDCG()
+    for obj in (approx_ndcg_obj, approx_ap_obj, mine, soft):
+        obj(y, np.zeros(5), None, [2, 3])  # the LGBMRanker entry point caches
+        assert obj.cached_datasets == 1
+    gains = weakref.ref(approx_ndcg_obj._cache[0].arrays["gains"])
+    clear_cache()
+    gc.collect()
+    assert [o.cached_datasets for o in (approx_ndcg_obj, approx_ap_obj, mine, soft)] == [0] * 4
+    assert gains() is None  # nothing else held the prepared arrays
+    # Training goes on as before, and one objective can be cleared alone.
+    g1, _ = approx_ndcg_obj(y, np.zeros(5), None, [2, 3])
+    mine(y, np.zeros(5), None, [2, 3])
+    approx_ndcg_obj.clear_cache()
+    assert approx_ndcg_obj.cached_datasets == 0 and mine.cached_datasets == 1
+    assert np.array_equal(approx_ndcg_obj(y, np.zeros(5), None, [2, 3])[0], g1)
