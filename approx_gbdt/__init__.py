@@ -24,6 +24,7 @@ from approx_gbdt.metrics import (
     rbp,
     recall,
 )
+from approx_gbdt.model_selection import QueryIdRanker, make_scorer, score_queries
 from approx_gbdt.objectives import (
     ApproxAP,
     ApproxNDCG,
@@ -62,6 +63,7 @@ __all__ = [
     "ApproxNDCG",
     "ApproxXGBRanker",
     "LetorFold",
+    "QueryIdRanker",
     "RankBoost",
     "RankingData",
     "SoftNDCG",
@@ -80,6 +82,7 @@ __all__ = [
     "make_lightgbm_feval",
     "make_ranking",
     "make_ranking_splits",
+    "make_scorer",
     "make_xgboost_metric",
     "mean_over_queries",
     "mrr",
@@ -87,6 +90,7 @@ __all__ = [
     "precision",
     "rbp",
     "recall",
+    "score_queries",
     "smoothed_positions",
     *_measures.__all__,
 ]

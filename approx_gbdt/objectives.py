@@ -483,8 +483,11 @@ class _ApproxObjective:
                                      kind, k, beta, theta, pos)
 
     # -- parameters -------------------------------------------------------------------------------
-    def get_params(self) -> dict:
+    def get_params(self, deep=True) -> dict:
         """The constructor's keyword options and their values.
+
+        ``deep`` is accepted for scikit-learn (``clone``, ``GridSearchCV``); an objective
+        holds no nested estimators.
 
         Examples
         --------
@@ -492,6 +495,20 @@ class _ApproxObjective:
         5
         """
         return {name: getattr(self, name) for name in _option_names(type(self))}
+
+    def set_params(self, **changes):
+        """Change options in place and return ``self`` (scikit-learn's protocol).
+
+        This is what ``GridSearchCV(LGBMRanker(objective=ApproxNDCG()),
+        {"objective__alpha": [5, 20]})`` calls on its clones of the objective. The options
+        are checked as by the constructor and the prepared datasets are released. Changing a
+        ready-made instance (``approx_ndcg_obj``) this way changes it for the whole process:
+        prefer :meth:`replace`.
+        """
+        new = self.replace(**changes)
+        self.__dict__.update(new.__dict__)
+        _HOLDERS.discard(self)
+        return self
 
     def replace(self, **changes):
         """A new objective of the same class with some options changed (the others kept).
