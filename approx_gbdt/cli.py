@@ -93,15 +93,35 @@ def _load(path, what="data"):
     LightGBM turns a NaN label into 0 before an objective sees it, so NaN and negative labels
     are refused here, where the file's own labels are still at hand.
     """
-    data = _read(path, what)
+    return _check_labels(_read(path, what), path)
+
+
+def _check_labels(data, name):
     y = data.y
     bad = np.flatnonzero(~np.isfinite(y) | (y < 0))
     if bad.size:
         i = int(bad[0])
         raise CLIError(
-            f"{path}: the label of data line {i + 1} is {y[i]:g}; labels must be finite "
+            f"{name}: the label of data line {i + 1} is {y[i]:g}; labels must be finite "
             f"numbers >= 0 ({bad.size} bad label{'s' if bad.size > 1 else ''})"
         )
+    return data
+
+
+def _load_fold(path, fold):
+    """One fold of a LETOR folder (Fold1..FoldN, folds.json, or a folder with train.txt)."""
+    from approx_gbdt.datasets import load_letor_folds
+
+    path = Path(path)
+    single = not (path / "folds.json").is_file() and any(path.glob("train.txt*"))
+    try:
+        (data,) = load_letor_folds(path, folds=None if single else [fold])
+    except FileNotFoundError as err:
+        raise CLIError(str(err)) from err
+    except ValueError as err:
+        raise CLIError(" ".join(str(err).split())) from err
+    for split in ("train", "vali", "test"):
+        _check_labels(getattr(data, split), f"{path} {data.name}/{split}")
     return data
 
 
@@ -581,20 +601,29 @@ def cmd_train(args):
     if backend == "lightgbm":
         _check_lightgbm_params(extra)
 
-    train = _load(args.train, "training")
-    valid = None if args.valid is None else _load(args.valid, "validation")
+    train_name, valid_name = args.train, args.valid
+    if Path(args.train).is_dir():
+        fold = _load_fold(args.train, args.fold)
+        train, train_name = fold.train, f"{args.train} {fold.name}/train"
+        if args.valid is None:
+            valid, valid_name = fold.vali, f"{args.train} {fold.name}/vali"
+        else:
+            valid = _load(args.valid, "validation")
+    else:
+        train = _load(args.train, "training")
+        valid = None if args.valid is None else _load(args.valid, "validation")
     width = max(train.X.shape[1], 0 if valid is None else valid.X.shape[1])
     train = _pad(train, width)
     valid = None if valid is None else _pad(valid, width)
-    print(f"training: {args.train} ({_plural(train.n_queries, 'query', 'queries')}, "
+    print(f"training: {train_name} ({_plural(train.n_queries, 'query', 'queries')}, "
           f"{_plural(train.y.size, 'document')}, {_plural(width, 'feature')})")
     if valid is not None:
-        print(f"validation: {args.valid} ({_plural(valid.n_queries, 'query', 'queries')}, "
+        print(f"validation: {valid_name} ({_plural(valid.n_queries, 'query', 'queries')}, "
               f"{_plural(valid.y.size, 'document')})")
     print(f"objective: {objective if is_approx else name} ({backend})", flush=True)
-    _check_training_data(train, args.train, objective if is_approx else None)
+    _check_training_data(train, train_name, objective if is_approx else None)
     if valid is not None:
-        _check_validation_data(valid, args.valid)
+        _check_validation_data(valid, valid_name)
 
     fit = {"rounds": args.rounds, "patience": args.patience, "progress": args.progress,
            "desc": "train"}
@@ -603,13 +632,13 @@ def cmd_train(args):
 
         params = _lightgbm_params(objective, learning_rate=args.learning_rate, seed=args.seed,
                                   threads=args.threads, extra=extra)
-        _check_min_data_in_leaf(params, train, args.train)
+        _check_min_data_in_leaf(params, train, train_name)
         try:
             booster, curve, seconds = _train_lightgbm(params, train, valid, **fit)
         except lgb.basic.LightGBMError as err:
             raise CLIError(f"LightGBM: {err}") from err
         except ValueError as err:  # the approx objectives' checks of the labels
-            raise CLIError(f"{args.train}: {err}") from err
+            raise CLIError(f"{train_name}: {err}") from err
         best_round = booster.best_iteration or booster.current_iteration()
         save = lambda: booster.save_model(out, num_iteration=best_round)  # noqa: E731
         kind = "LightGBM text model"
@@ -635,7 +664,7 @@ def cmd_train(args):
         except xgb.core.XGBoostError as err:
             raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
         except ValueError as err:
-            raise CLIError(f"{args.train}: {err}") from err
+            raise CLIError(f"{train_name}: {err}") from err
         best_round = booster.num_boosted_rounds()
         save = lambda: booster.save_model(out)  # noqa: E731
         kind = f"XGBoost {out.suffix[1:].upper()} model"
@@ -694,13 +723,18 @@ def cmd_evaluate(args):
     from approx_gbdt.metrics import evaluate
 
     library, predict, n_model = _load_model(args.model)
-    data = _load(args.data)
+    data_name = args.data
+    if Path(args.data).is_dir():
+        fold = _load_fold(args.data, args.fold)
+        data, data_name = fold.test, f"{args.data} {fold.name}/test"
+    else:
+        data = _load(args.data)
     n_data = data.X.shape[1]
     if n_data > n_model:
         extra = data.X[:, n_model:]
         if np.any(extra != 0):
             raise CLIError(
-                f"mismatched feature counts: {args.data} has {n_data} features, the model "
+                f"mismatched feature counts: {data_name} has {n_data} features, the model "
                 f"{args.model} was trained on {n_model}"
             )
         data = data._replace(X=data.X[:, :n_model])
@@ -708,9 +742,9 @@ def cmd_evaluate(args):
     try:
         values = evaluate(predict(data.X), data.y, data.group_ptr, EVAL_METRICS)
     except ValueError as err:  # e.g. labels too large for NDCG's gain
-        raise CLIError(f"{args.data}: {err}") from err
+        raise CLIError(f"{data_name}: {err}") from err
     print(f"model: {args.model} ({library}, {n_model} features)")
-    print(f"data: {args.data} ({_plural(data.n_queries, 'query', 'queries')}, "
+    print(f"data: {data_name} ({_plural(data.n_queries, 'query', 'queries')}, "
           f"{_plural(data.y.size, 'document')})")
     print()
     print(_format_table(["metric", "value"], [[LABELS[m], v] for m, v in values.items()]))
@@ -834,8 +868,13 @@ def build_parser():
                "  approx-gbdt train --train Fold1/train.txt --valid Fold1/vali.txt \\\n"
                "      --objective approx_ndcg@10 --backend lightgbm --out model.txt",
     )
-    p.add_argument("--train", required=True, metavar="PATH", help="training LETOR file")
-    p.add_argument("--valid", metavar="PATH", help="validation LETOR file (early stopping)")
+    p.add_argument("--train", required=True, metavar="PATH",
+                   help="training LETOR file, or a LETOR folder (Fold1..FoldN or folds.json): "
+                        "its --fold's train split")
+    p.add_argument("--valid", metavar="PATH",
+                   help="validation LETOR file (early stopping); default with a folder: its "
+                        "--fold's vali split")
+    p.add_argument("--fold", default="Fold1", help="fold of a LETOR folder (Fold1)")
     p.add_argument("--objective", default="approx_ndcg",
                    help="objective name (default approx_ndcg; see below)")
     p.add_argument("--backend", choices=sorted(NATIVE), default="lightgbm",
@@ -869,7 +908,9 @@ def build_parser():
         ),
     )
     p.add_argument("--model", required=True, metavar="MODEL", help="saved model file")
-    p.add_argument("--data", required=True, metavar="PATH", help="LETOR file to evaluate on")
+    p.add_argument("--data", required=True, metavar="PATH",
+                   help="LETOR file to evaluate on, or a LETOR folder: its --fold's test split")
+    p.add_argument("--fold", default="Fold1", help="fold of a LETOR folder (Fold1)")
 
     p = sub.add_parser(
         "compare", formatter_class=formatter,

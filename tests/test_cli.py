@@ -396,3 +396,37 @@ def test_demo_creates_the_output_folder(tmp_path):
     assert main(["demo", "--queries", "10", "--rounds", "3", "--patience", "2",
                  "--out-dir", str(out_dir), "--no-progress"]) == 0
     assert (out_dir / "approx_gbdt_demo.png").is_file()
+
+
+@pytest.mark.parametrize("layout", ["Fold1", "folds.json"])
+def test_train_and_evaluate_take_a_letor_folder(letor, tmp_path, capsys, layout):
+    root = tmp_path / "data"
+    splits = letor["splits"]
+    if layout == "Fold1":
+        (root / "Fold1").mkdir(parents=True)
+        for split, name in (("train", "train"), ("valid", "vali"), ("test", "test")):
+            write_letor(root / "Fold1" / f"{name}.txt", splits[split])
+    else:
+        root.mkdir()
+        for i, split in enumerate(("train", "valid", "test")):
+            write_letor(root / f"S{i}.txt", splits[split])
+        (root / "folds.json").write_text(json.dumps({
+            "partitions": {f"S{i}": {"file": f"S{i}.txt"} for i in range(3)},
+            "folds": {"Fold1": {"train": ["S0"], "vali": ["S1"], "test": ["S2"]}},
+        }))
+    model = tmp_path / "m.txt"
+    assert main(["train", "--train", str(root), "--out", str(model), "--no-progress",
+                 *FAST]) == 0
+    out = capsys.readouterr().out
+    assert f"training: {root} Fold1/train (30 queries" in out
+    assert f"validation: {root} Fold1/vali (10 queries" in out
+    assert "the model keeps" in out  # early stopping on the fold's validation split
+    assert main(["evaluate", "--model", str(model), "--data", str(root)]) == 0
+    by_folder = capsys.readouterr().out
+    assert main(["evaluate", "--model", str(model), "--data", str(letor["test"])]) == 0
+    by_file = capsys.readouterr().out
+    assert f"data: {root} Fold1/test (10 queries" in by_folder
+    table = [line for line in by_folder.splitlines() if line.startswith("NDCG@10")]
+    assert table == [line for line in by_file.splitlines() if line.startswith("NDCG@10")]
+    assert main(["evaluate", "--model", str(model), "--data", str(root), "--fold", "Fold7"]) == 1
+    assert "no fold named ['Fold7']" in capsys.readouterr().err
