@@ -569,10 +569,14 @@ def _check_xgboost_params(params, extra, data):
 
 def _check_min_data_in_leaf(params, data, path):
     """LightGBM needs 2 x min_data_in_leaf rows for any split; with fewer it has no feature."""
-    from lightgbm.basic import _ConfigAliases
+    try:
+        from lightgbm.basic import _ConfigAliases  # private: LightGBM's alias table
 
-    value = params.get("min_data_in_leaf", 20)
-    for alias in _ConfigAliases.get("min_data_in_leaf"):
+        aliases = sorted(_ConfigAliases.get("min_data_in_leaf"))
+    except Exception:
+        aliases = ["min_data_in_leaf"]
+    value = 20  # LightGBM's default
+    for alias in aliases:
         value = params.get(alias, value)
     n = data.y.size
     if n < 2 * int(value):
