@@ -75,7 +75,9 @@ class ApproxXGBRanker(BaseEstimator):
     learning_rate, max_depth, min_child_weight, reg_lambda, subsample, colsample_bytree,
     tree_method, max_bin, random_state, n_jobs
         XGBoost's parameters of the same meaning (``eta``, ``lambda``, ``seed``,
-        ``nthread``).
+        ``nthread``), with XGBoost's defaults. ``min_child_weight=1`` and ``0.01`` rank
+        within noise of each other on generated data and MQ2008
+        (``benchmarks/results/min_child_weight``).
     eval_at : sequence of int, default (10,)
         Cut-offs of XGBoost's ``ndcg@k`` metric on ``eval_set``; early stopping watches the
         last one on the last evaluation set.
