@@ -35,7 +35,8 @@ STEPS = [
     ("ApproxNDCG(k=10).grad_hess", "approx_gbdt.ApproxNDCG(k=10).grad_hess(d.s, d.y, d.ptr)"),
     ("ApproxNDCG.value", "approx_ndcg_obj.value(d.s, d.y, d.ptr)"),
     ("ApproxAP.value", "approx_ap_obj.value(d.s, d.y, d.ptr)"),
-    ("metrics.evaluate (ndcg@10, map, mrr)", "evaluate(d.s, d.y, d.ptr, ['ndcg@10', 'map', 'mrr'])"),
+    ("metrics.evaluate (ndcg@10, map, mrr)",
+     "evaluate(d.s, d.y, d.ptr, ['ndcg@10', 'map', 'mrr'])"),
     ("lgb.train, 1 round, approx_ndcg_obj", "lgb.train(d.params, d.dtrain, num_boost_round=1)"),
 ]
 
@@ -72,7 +73,8 @@ for m in pkgutil.iter_modules(approx_gbdt.__path__, "approx_gbdt."):
     for name, obj in vars(mod).items():
         if isinstance(obj, CPUDispatcher) and obj.__module__ == m.name and obj.signatures:
             specs[f"{m.name.split('.')[-1]}.{name}"] = len(obj.signatures)
-print(json.dumps({"first": times, "cpu": cpu, "warm": warm, "specs": specs, "n_docs": int(d.y.size)}))
+print(json.dumps({"first": times, "cpu": cpu, "warm": warm, "specs": specs,
+                  "n_docs": int(d.y.size)}))
 """
 
 
