@@ -5,10 +5,12 @@ Commands::
     approx-gbdt demo                      # ApproxNDCG, ApproxAP and lambdarank on generated data
     approx-gbdt train --train train.txt --valid vali.txt --objective approx_ndcg --out model.txt
     approx-gbdt evaluate --model model.txt --data test.txt
+    approx-gbdt train --train path/to/MQ2008 --out model.txt   # a LETOR folder: Fold1's splits
     approx-gbdt compare --data path/to/MQ2008   # benchmarks/quality.py (source checkout only)
 
-User errors (a missing or malformed file, an unknown objective, mismatched feature counts) end
-with one line ``approx-gbdt: error: ...`` on stderr and a non-zero exit status, no traceback.
+User errors (a missing or malformed file, an unknown objective or parameter, mismatched
+feature counts, NaN labels, data with nothing to rank) end with one line
+``approx-gbdt: error: ...`` on stderr and a non-zero exit status, no traceback.
 """
 
 from __future__ import annotations
