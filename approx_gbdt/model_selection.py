@@ -9,7 +9,7 @@ per-document metadata to both with *metadata routing* (scikit-learn >= 1.4)::
 
     sklearn.set_config(enable_metadata_routing=True)
     search = GridSearchCV(
-        ApproxXGBRanker(min_child_weight=0.01).set_fit_request(qid=True),
+        ApproxXGBRanker().set_fit_request(qid=True),
         {"learning_rate": [0.05, 0.1]},
         scoring=make_scorer("ndcg@10"),       # asks for qid
         cv=GroupKFold(n_splits=3),            # splits by groups=qid

@@ -141,12 +141,13 @@ def test_objectives_clone_and_take_nested_parameters(data):
         copy = clone(lgb.LGBMRanker(objective=obj)).objective
         assert copy is not obj and copy.get_params() == obj.get_params()
     X, y, qid = data
-    ranker = ApproxXGBRanker(objective=ApproxNDCG(), n_estimators=5, min_child_weight=0.01,
-                             n_jobs=1)
+    ranker = ApproxXGBRanker(n_estimators=5, min_child_weight=0.01, n_jobs=1)
+    assert ranker.objective is approx_ndcg_obj
     search = _search(ranker, {"objective__alpha": [2.0, 20.0]}, X, y, qid)
     assert search.best_params_["objective__alpha"] in (2.0, 20.0)
     assert search.best_estimator_.objective.alpha == search.best_params_["objective__alpha"]
-    assert ranker.objective.alpha == 10.0  # the search changed clones only
+    # the search changed clones only, never the ready-made instance
+    assert ranker.objective is approx_ndcg_obj and approx_ndcg_obj.alpha == 10.0
     with pytest.raises(TypeError, match="has no option 'alhpa'"):
         ApproxNDCG().set_params(alhpa=2.0)
 
