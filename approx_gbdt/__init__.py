@@ -24,11 +24,13 @@ from approx_gbdt.metrics import (
     rbp,
     recall,
 )
+from approx_gbdt.model_selection import QueryIdRanker, make_scorer, score_queries
 from approx_gbdt.objectives import (
     ApproxAP,
     ApproxNDCG,
     approx_ap_obj,
     approx_ndcg_obj,
+    clear_cache,
     gumbel_perturbed,
     smoothed_positions,
 )
@@ -63,6 +65,7 @@ __all__ = [
     "ApproxXGBRanker",
     "FitResult",
     "LetorFold",
+    "QueryIdRanker",
     "RankBoost",
     "RankingData",
     "SoftNDCG",
@@ -70,6 +73,7 @@ __all__ = [
     "approx_ndcg_obj",
     "average_precision",
     "check_group_ptr",
+    "clear_cache",
     "evaluate",
     "fit_ranker",
     "group_ptr_from_qid",
@@ -81,6 +85,7 @@ __all__ = [
     "make_lightgbm_feval",
     "make_ranking",
     "make_ranking_splits",
+    "make_scorer",
     "make_xgboost_metric",
     "mean_over_queries",
     "mrr",
@@ -88,6 +93,7 @@ __all__ = [
     "precision",
     "rbp",
     "recall",
+    "score_queries",
     "smoothed_positions",
     *_measures.__all__,
 ]

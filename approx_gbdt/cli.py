@@ -5,10 +5,12 @@ Commands::
     approx-gbdt demo                      # ApproxNDCG, ApproxAP and lambdarank on generated data
     approx-gbdt train --train train.txt --valid vali.txt --objective approx_ndcg --out model.txt
     approx-gbdt evaluate --model model.txt --data test.txt
+    approx-gbdt train --train path/to/MQ2008 --out model.txt   # a LETOR folder: Fold1's splits
     approx-gbdt compare --data path/to/MQ2008   # benchmarks/quality.py (source checkout only)
 
-User errors (a missing or malformed file, an unknown objective, mismatched feature counts) end
-with one line ``approx-gbdt: error: ...`` on stderr and a non-zero exit status, no traceback.
+User errors (a missing or malformed file, an unknown objective or parameter, mismatched
+feature counts, NaN labels, data with nothing to rank) end with one line
+``approx-gbdt: error: ...`` on stderr and a non-zero exit status, no traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import importlib.util
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -87,7 +90,44 @@ def _first_bad_line(path):
 
 
 def _load(path, what="data"):
-    """load_letor with its errors turned into one-line user errors."""
+    """load_letor with its errors turned into one-line user errors; labels must be usable.
+
+    LightGBM turns a NaN label into 0 before an objective sees it, so NaN and negative labels
+    are refused here, where the file's own labels are still at hand.
+    """
+    return _check_labels(_read(path, what), path)
+
+
+def _check_labels(data, name):
+    y = data.y
+    bad = np.flatnonzero(~np.isfinite(y) | (y < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise CLIError(
+            f"{name}: the label of data line {i + 1} is {y[i]:g}; labels must be finite "
+            f"numbers >= 0 ({bad.size} bad label{'s' if bad.size > 1 else ''})"
+        )
+    return data
+
+
+def _load_fold(path, fold):
+    """One fold of a LETOR folder (Fold1..FoldN, folds.json, or a folder with train.txt)."""
+    from approx_gbdt.datasets import load_letor_folds
+
+    path = Path(path)
+    single = not (path / "folds.json").is_file() and any(path.glob("train.txt*"))
+    try:
+        (data,) = load_letor_folds(path, folds=None if single else [fold])
+    except FileNotFoundError as err:
+        raise CLIError(str(err)) from err
+    except ValueError as err:
+        raise CLIError(" ".join(str(err).split())) from err
+    for split in ("train", "vali", "test"):
+        _check_labels(getattr(data, split), f"{path} {data.name}/{split}")
+    return data
+
+
+def _read(path, what):
     from approx_gbdt.datasets import load_letor
 
     try:
@@ -325,8 +365,10 @@ def cmd_demo(args):
         raise _usage(f"--queries must be at least 10, got {args.queries}")
     _check_boosting_args(args)
     out_dir = Path(args.out_dir)
-    if not out_dir.is_dir():
-        raise CLIError(f"output folder not found: {out_dir}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CLIError(f"cannot create the output folder {out_dir}: {err}") from err
     n_valid = n_test = max(1, args.queries // 5)
     sizes = (args.queries - n_valid - n_test, n_valid, n_test)
     splits = make_ranking_splits(sizes, seed=args.seed)
@@ -382,6 +424,123 @@ def _parse_params(items):
     return params
 
 
+def _plural(n, word, plural=None):
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _warn(message):
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _check_training_data(data, path, objective):
+    """Refuse training data on which every gradient is 0 (nothing to rank)."""
+    sizes = np.diff(data.group_ptr)
+    starts = data.group_ptr[:-1]
+    top = np.maximum.reduceat(data.y, starts)
+    low = np.minimum.reduceat(data.y, starts)
+    threshold = getattr(objective, "threshold", None)
+    if threshold is None:
+        useful = (sizes > 1) & (top > low)
+        what = "two documents with different labels"
+    else:
+        useful = (sizes > 1) & (top >= threshold) & (low < threshold)
+        what = f"a relevant (label >= {threshold:g}) and a non-relevant document"
+    if not useful.any():
+        raise CLIError(
+            f"{path}: no query has {what}, so there is nothing to rank (every gradient is 0)"
+        )
+
+
+# A query counts for the validation NDCG@10 only if it has a relevant document (label > 0);
+# fewer such queries than this make the best round of early stopping a matter of chance.
+_FEW_VALID_QUERIES = 10
+
+
+def _check_validation_data(data, path):
+    counted = int(np.count_nonzero(np.maximum.reduceat(data.y, data.group_ptr[:-1]) > 0))
+    if counted == 0:
+        raise CLIError(
+            f"{path}: no validation query has a relevant document (label > 0), so the "
+            "validation NDCG@10 is undefined and early stopping cannot work; use other "
+            "validation data or leave out --valid"
+        )
+    if counted < _FEW_VALID_QUERIES:
+        queries = _plural(counted, "validation query", "validation queries")
+        _warn(f"early stopping watches NDCG@10 on {queries} with a relevant document; so few "
+              "make the best round a matter of chance")
+
+
+def _lightgbm_names():
+    """Every LightGBM parameter name and alias, or None if this LightGBM cannot list them."""
+    try:
+        from lightgbm.basic import _ConfigAliases
+
+        aliases = _ConfigAliases._get_all_param_aliases()
+    except Exception:  # a private helper of LightGBM: without it, names are not checked
+        return None
+    return set(aliases) | {alias for names in aliases.values() for alias in names}
+
+
+def _check_lightgbm_params(extra):
+    import difflib
+
+    known = _lightgbm_names()
+    if known is None:
+        return
+    for key in extra:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _usage(f"--param {key}: not a LightGBM parameter{hint}")
+
+
+def _check_xgboost_params(params, extra, data):
+    """XGBoost lists the parameters it does not use when it configures a booster."""
+    import re
+    import warnings
+
+    import xgboost as xgb
+
+    if not extra:
+        return
+    d = xgb.DMatrix(data.X[:2], label=data.y[:2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:  # verbosity 1: XGBoost's warning level is global and may have been lowered
+            with xgb.config_context(verbosity=1):
+                xgb.Booster({**params, "verbosity": 1}, [d]).save_config()
+        except xgb.core.XGBoostError as err:
+            raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
+    unused = set()
+    for w in caught:
+        match = re.search(r"Parameters: \{(.*?)\} are not used", str(w.message), re.S)
+        if match:
+            unused |= {name.strip().strip('"') for name in match.group(1).split(",")}
+    bad = sorted(unused & set(extra))
+    if bad:
+        raise _usage(f"--param {bad[0]}: XGBoost does not use this parameter here")
+
+
+def _check_min_data_in_leaf(params, data, path):
+    """LightGBM needs 2 x min_data_in_leaf rows for any split; with fewer it has no feature."""
+    try:
+        from lightgbm.basic import _ConfigAliases  # private: LightGBM's alias table
+
+        aliases = sorted(_ConfigAliases.get("min_data_in_leaf"))
+    except Exception:
+        aliases = ["min_data_in_leaf"]
+    value = 20  # LightGBM's default
+    for alias in aliases:
+        value = params.get(alias, value)
+    n = data.y.size
+    if n < 2 * int(value):
+        raise CLIError(
+            f"{path} has {_plural(n, 'document')}, fewer than 2 x min_data_in_leaf = "
+            f"{2 * int(value)}, so LightGBM can split on no feature; add --param "
+            f"min_data_in_leaf={max(1, n // 2)} (or less)"
+        )
+
+
 def cmd_train(args):
     backend = args.backend
     name, k = _parse_objective(args.objective, backend, args.k)
@@ -397,17 +556,32 @@ def cmd_train(args):
     objective = _approx_objective(name, alpha=args.alpha, k=k, beta=args.beta) if is_approx \
         else name
     extra = _parse_params(args.param)
+    if backend == "lightgbm":
+        _check_lightgbm_params(extra)
 
-    train = _load(args.train, "training")
-    valid = None if args.valid is None else _load(args.valid, "validation")
+    train_name, valid_name = args.train, args.valid
+    if Path(args.train).is_dir():
+        fold = _load_fold(args.train, args.fold)
+        train, train_name = fold.train, f"{args.train} {fold.name}/train"
+        if args.valid is None:
+            valid, valid_name = fold.vali, f"{args.train} {fold.name}/vali"
+        else:
+            valid = _load(args.valid, "validation")
+    else:
+        train = _load(args.train, "training")
+        valid = None if args.valid is None else _load(args.valid, "validation")
     width = max(train.X.shape[1], 0 if valid is None else valid.X.shape[1])
     train = _pad(train, width)
     valid = None if valid is None else _pad(valid, width)
-    print(f"training: {args.train} ({train.n_queries} queries, {train.y.size} documents, "
-          f"{width} features)")
+    print(f"training: {train_name} ({_plural(train.n_queries, 'query', 'queries')}, "
+          f"{_plural(train.y.size, 'document')}, {_plural(width, 'feature')})")
     if valid is not None:
-        print(f"validation: {args.valid} ({valid.n_queries} queries, {valid.y.size} documents)")
+        print(f"validation: {valid_name} ({_plural(valid.n_queries, 'query', 'queries')}, "
+              f"{_plural(valid.y.size, 'document')})")
     print(f"objective: {objective if is_approx else name} ({backend})", flush=True)
+    _check_training_data(train, train_name, objective if is_approx else None)
+    if valid is not None:
+        _check_validation_data(valid, valid_name)
 
     fit = {"rounds": args.rounds, "patience": args.patience, "progress": args.progress,
            "desc": "train"}
@@ -416,12 +590,13 @@ def cmd_train(args):
 
         params = _lightgbm_params(objective, learning_rate=args.learning_rate, seed=args.seed,
                                   threads=args.threads, extra=extra)
+        _check_min_data_in_leaf(params, train, train_name)
         try:
             result, curve = _train(backend, objective, params, train, valid, **fit)
         except lgb.basic.LightGBMError as err:
             raise CLIError(f"LightGBM: {err}") from err
         except ValueError as err:  # the approx objectives' checks of the labels
-            raise CLIError(f"{args.train}: {err}") from err
+            raise CLIError(f"{train_name}: {err}") from err
         save = lambda: result.booster.save_model(  # noqa: E731
             out, num_iteration=result.best_iteration)
         kind = "LightGBM text model"
@@ -438,12 +613,13 @@ def cmd_train(args):
         if args.threads > 0:
             params["nthread"] = args.threads
         params.update(extra)
+        _check_xgboost_params(params, extra, train)
         try:
             result, curve = _train(backend, objective, params, train, valid, **fit)
         except xgb.core.XGBoostError as err:
             raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
         except ValueError as err:
-            raise CLIError(f"{args.train}: {err}") from err
+            raise CLIError(f"{train_name}: {err}") from err
         save = lambda: result.kept_booster().save_model(out)  # noqa: E731
         kind = f"XGBoost {out.suffix[1:].upper()} model"
     try:
@@ -451,10 +627,12 @@ def cmd_train(args):
     except OSError as err:
         raise CLIError(f"cannot write {out}: {err}") from err
     best_round, seconds = result.best_iteration, result.seconds
-    summary = f"{best_round} rounds in {seconds:.1f} s"
+    trained = result.rounds_run
+    summary = f"{_plural(trained, 'round')} in {seconds:.1f} s"
     if curve:
-        summary += (f"; best round {best_round} of {len(curve)}, "
-                    f"validation NDCG@10 {curve[best_round - 1]:.4f}")
+        kept = "round 1" if best_round == 1 else f"rounds 1-{best_round}"
+        summary += (f"; the model keeps {kept} (best validation NDCG@10 "
+                    f"{curve[best_round - 1]:.4f})")
     print(summary)
     print(f"saved {kind}: {out}")
     return 0
@@ -500,20 +678,29 @@ def cmd_evaluate(args):
     from approx_gbdt.metrics import evaluate
 
     library, predict, n_model = _load_model(args.model)
-    data = _load(args.data)
+    data_name = args.data
+    if Path(args.data).is_dir():
+        fold = _load_fold(args.data, args.fold)
+        data, data_name = fold.test, f"{args.data} {fold.name}/test"
+    else:
+        data = _load(args.data)
     n_data = data.X.shape[1]
     if n_data > n_model:
         extra = data.X[:, n_model:]
         if np.any(extra != 0):
             raise CLIError(
-                f"mismatched feature counts: {args.data} has {n_data} features, the model "
+                f"mismatched feature counts: {data_name} has {n_data} features, the model "
                 f"{args.model} was trained on {n_model}"
             )
         data = data._replace(X=data.X[:, :n_model])
     data = _pad(data, n_model)
-    values = evaluate(predict(data.X), data.y, data.group_ptr, EVAL_METRICS)
+    try:
+        values = evaluate(predict(data.X), data.y, data.group_ptr, EVAL_METRICS)
+    except ValueError as err:  # e.g. labels too large for NDCG's gain
+        raise CLIError(f"{data_name}: {err}") from err
     print(f"model: {args.model} ({library}, {n_model} features)")
-    print(f"data: {args.data} ({data.n_queries} queries, {data.y.size} documents)")
+    print(f"data: {data_name} ({_plural(data.n_queries, 'query', 'queries')}, "
+          f"{_plural(data.y.size, 'document')})")
     print()
     print(_format_table(["metric", "value"], [[LABELS[m], v] for m, v in values.items()]))
     print(_undefined_note(data) + ".")
@@ -547,10 +734,13 @@ def cmd_compare(args, rest):
             argv += [flag, str(value)]
     if args.quick:
         argv.append("--quick")
+    # the runner sets one-thread defaults (NUMBA_NUM_THREADS, ...) for its worker processes;
+    # they are put back afterwards, as numba refuses a new thread count once it has started
+    saved_environ, saved_path = dict(os.environ), list(sys.path)
     spec = importlib.util.spec_from_file_location("approx_gbdt_quality_benchmark", script)
     quality = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quality)
     try:
+        spec.loader.exec_module(quality)
         quality.main([*argv, *rest])
     except ValueError as err:  # a bad --methods entry
         raise CLIError(str(err)) from None
@@ -560,6 +750,10 @@ def cmd_compare(args, rest):
         if isinstance(stop.code, int):
             return stop.code
         raise CLIError(str(stop.code)) from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        sys.path[:] = saved_path
     return 0
 
 
@@ -628,7 +822,8 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="data and LightGBM seed (0)")
     p.add_argument("--threads", type=int, default=1,
                    help="LightGBM threads (1: on small data more threads mostly wait)")
-    p.add_argument("--out-dir", default=".", help="folder for approx_gbdt_demo.png (.)")
+    p.add_argument("--out-dir", default=".",
+                   help="folder for approx_gbdt_demo.png, created if missing (.)")
     _add_progress(p)
 
     p = sub.add_parser(
@@ -648,8 +843,13 @@ def build_parser():
                "  approx-gbdt train --train Fold1/train.txt --valid Fold1/vali.txt \\\n"
                "      --objective approx_ndcg@10 --backend lightgbm --out model.txt",
     )
-    p.add_argument("--train", required=True, metavar="PATH", help="training LETOR file")
-    p.add_argument("--valid", metavar="PATH", help="validation LETOR file (early stopping)")
+    p.add_argument("--train", required=True, metavar="PATH",
+                   help="training LETOR file, or a LETOR folder (Fold1..FoldN or folds.json): "
+                        "its --fold's train split")
+    p.add_argument("--valid", metavar="PATH",
+                   help="validation LETOR file (early stopping); default with a folder: its "
+                        "--fold's vali split")
+    p.add_argument("--fold", default="Fold1", help="fold of a LETOR folder (Fold1)")
     p.add_argument("--objective", default="approx_ndcg",
                    help="objective name (default approx_ndcg; see below)")
     p.add_argument("--backend", choices=sorted(NATIVE), default="lightgbm",
@@ -683,7 +883,9 @@ def build_parser():
         ),
     )
     p.add_argument("--model", required=True, metavar="MODEL", help="saved model file")
-    p.add_argument("--data", required=True, metavar="PATH", help="LETOR file to evaluate on")
+    p.add_argument("--data", required=True, metavar="PATH",
+                   help="LETOR file to evaluate on, or a LETOR folder: its --fold's test split")
+    p.add_argument("--fold", default="Fold1", help="fold of a LETOR folder (Fold1)")
 
     p = sub.add_parser(
         "compare", formatter_class=formatter,

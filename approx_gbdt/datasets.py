@@ -184,7 +184,7 @@ def load_letor_folds(
 
     (a) ``path/Fold1 .. FoldN/{train,vali,test}.txt`` (or ``.txt.gz``), as MSLR-WEB and
         LETOR 4.0 are distributed; ``path`` may also be a single fold folder;
-    (b) ``path/folds.json`` naming partition files, as ``shared/data/MQ2008``:
+    (b) ``path/folds.json`` naming partition files, e.g. for MQ2008's five partitions:
         ``{"partitions": {"S1": {"file": "S1.txt.gz"}, ...},
         "folds": {"Fold1": {"train": ["S1", "S2", "S3"], "vali": ["S4"], "test": ["S5"]}, ...}}``;
         a split listing several partitions is their concatenation in the listed order.

@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit, prange
 
 from approx_gbdt.hosts import host_data
-from approx_gbdt.utils import check_group_ptr
+from approx_gbdt.utils import MAX_GRADED_LABEL, check_group_ptr
 
 __all__ = [
     "MetricSpec",
@@ -212,6 +212,17 @@ def _check_inputs(scores, labels, group_ptr):
     return np.ascontiguousarray(scores), np.ascontiguousarray(labels), ptr
 
 
+def _ndcg_values(ranked, ptr, k):
+    """NDCG per query, refusing labels whose gain ``2^y - 1`` overflows float64 (at 1000
+    the ideal DCG would need some 10^8 documents in one query to overflow)."""
+    if ranked.size and ranked.max() > MAX_GRADED_LABEL:
+        raise ValueError(
+            f"label {ranked.max():g} is too large for the NDCG gain 2^y - 1 in float64 "
+            f"(labels must be at most {MAX_GRADED_LABEL:g}, as for the objectives)"
+        )
+    return _ndcg_kernel(ranked, ptr, k)
+
+
 def _check_k(k, *, required: bool) -> int | None:
     if k is None:
         if required:
@@ -273,7 +284,9 @@ def ndcg(scores, labels, group_ptr, *, k: int | None = None, ties: str = "worst"
     Parameters
     ----------
     scores, labels : array_like of float, shape (n,)
-        Model scores and graded labels (``labels >= 0``).
+        Model scores and graded labels (``0 <= labels <= 1000``, so that the gain
+        ``2^y - 1`` stays finite in float64; larger labels get a ``ValueError``, as in the
+        objectives).
     group_ptr : array_like of int, shape (n_queries + 1,)
         Query boundaries ``[0, n_1, n_1 + n_2, ..., n]``.
     k : int, optional
@@ -294,7 +307,7 @@ def ndcg(scores, labels, group_ptr, *, k: int | None = None, ties: str = "worst"
     scores, labels, ptr = _check_inputs(scores, labels, group_ptr)
     k = _check_k(k, required=False)
     ranked = _ranked_labels(scores, labels, ptr, _check_ties(ties))
-    return _ndcg_kernel(ranked, ptr, _cutoff(k, scores.size))
+    return _ndcg_values(ranked, ptr, _cutoff(k, scores.size))
 
 
 def average_precision(
@@ -569,7 +582,7 @@ def _flatten_specs(specs) -> list[MetricSpec]:
 def _per_query(spec: MetricSpec, ranked, ptr, threshold: float) -> np.ndarray:
     n_rows = ranked.size
     if spec.measure == "ndcg":
-        return _ndcg_kernel(ranked, ptr, _cutoff(spec.k, n_rows))
+        return _ndcg_values(ranked, ptr, _cutoff(spec.k, n_rows))
     if spec.measure == "map":
         return _ap_kernel(ranked, ptr, _cutoff(spec.k, n_rows), threshold)
     if spec.measure == "precision":

@@ -21,6 +21,7 @@ import inspect
 import math
 import numbers
 import warnings
+import weakref
 import zlib
 from dataclasses import dataclass
 
@@ -31,13 +32,14 @@ from approx_gbdt import _pair_forces as P
 from approx_gbdt import _reference as R
 from approx_gbdt._measure_terms import TERM_LOG, ideal_value, separable_value
 from approx_gbdt.hosts import doc_weights, read_call
-from approx_gbdt.utils import check_group_ptr
+from approx_gbdt.utils import MAX_GRADED_LABEL, check_group_ptr
 
 __all__ = [
     "ApproxAP",
     "ApproxNDCG",
     "approx_ap_obj",
     "approx_ndcg_obj",
+    "clear_cache",
     "gumbel_perturbed",
     "smoothed_positions",
 ]
@@ -54,8 +56,36 @@ POSITIONS = ("sigmoid", "label_aware")
 PAIR_FORCES = ("tangent", "chord", "swap")
 
 # 2^y - 1 must stay finite in float64, and so must the ideal DCG.
-_MAX_LABEL = 1000.0
+_MAX_LABEL = MAX_GRADED_LABEL
 _CACHE_SIZE = 16
+# Every objective that holds prepared datasets, for clear_cache() (weak: no objective is kept
+# alive by this set).
+_HOLDERS = weakref.WeakSet()
+
+
+def clear_cache():
+    """Release the prepared datasets held by every objective of this process.
+
+    Each objective instance keeps the constants of the last 16 datasets it trained on (query
+    boundaries, gains, normalisers, work arrays and the labels: about 11-12 MB per million
+    documents besides the labels, measured for ApproxNDCG and ApproxAP) so that the next
+    boosting round reuses them. The ready-made objectives
+    (``approx_ndcg_obj``, ...) live as long as the process, and so do their datasets; call
+    this after training to give the memory back. Training afterwards works as before (the
+    next call prepares its dataset again). ``obj.clear_cache()`` releases one objective's.
+
+    Examples
+    --------
+    >>> clear_cache()
+    >>> _ = approx_ndcg_obj([0, 1, 2], [0.0, 0.5, 1.0], None, [3])  # LGBMRanker's call
+    >>> approx_ndcg_obj.cached_datasets
+    1
+    >>> clear_cache()
+    >>> approx_ndcg_obj.cached_datasets
+    0
+    """
+    for obj in list(_HOLDERS):
+        obj.clear_cache()
 
 
 def _positive_float(name, value):
@@ -265,7 +295,18 @@ class _ApproxObjective:
         if cache:
             self._cache.insert(0, prep)
             del self._cache[_CACHE_SIZE:]
+            _HOLDERS.add(self)
         return prep
+
+    def clear_cache(self):
+        """Release the prepared datasets of this objective (see :func:`clear_cache`)."""
+        self._cache = []
+        _HOLDERS.discard(self)
+
+    @property
+    def cached_datasets(self) -> int:
+        """Number of prepared datasets this objective holds (at most 16)."""
+        return len(self._cache)
 
     # -- public API ----------------------------------------------------------------------------
     def value(self, scores, labels, group_ptr) -> np.ndarray:
@@ -341,6 +382,7 @@ class _ApproxObjective:
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
         )
+        warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess
 
     def _reference_grad_hess(self, scores, labels, group_ptr, weights=None, *, hessian=None):
@@ -377,8 +419,11 @@ class _ApproxObjective:
                                      kind, k, beta, theta, pos)
 
     # -- parameters -------------------------------------------------------------------------------
-    def get_params(self) -> dict:
+    def get_params(self, deep=True) -> dict:
         """The constructor's keyword options and their values.
+
+        ``deep`` is accepted for scikit-learn (``clone``, ``GridSearchCV``); an objective
+        holds no nested estimators.
 
         Examples
         --------
@@ -386,6 +431,20 @@ class _ApproxObjective:
         5
         """
         return {name: getattr(self, name) for name in _option_names(type(self))}
+
+    def set_params(self, **changes):
+        """Change options in place and return ``self`` (scikit-learn's protocol).
+
+        This is what ``GridSearchCV(LGBMRanker(objective=ApproxNDCG()),
+        {"objective__alpha": [5, 20]})`` calls on its clones of the objective. The options
+        are checked as by the constructor and the prepared datasets are released. Changing a
+        ready-made instance (``approx_ndcg_obj``) this way changes it for the whole process:
+        prefer :meth:`replace`.
+        """
+        new = self.replace(**changes)
+        self.__dict__.update(new.__dict__)
+        _HOLDERS.discard(self)
+        return self
 
     def replace(self, **changes):
         """A new objective of the same class with some options changed (the others kept).
@@ -448,6 +507,45 @@ def warn_if_truncated_away(obj, prep, grad, weights):
             "truncation factor underflows and boosting will not move (typical at a "
             "constant start on queries much longer than 2 k). Use k=None, a smaller beta, "
             "or start from a fitted model (init_score / base_margin).",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def misordered_queries(scores, relevance, group_ptr):
+    """Number of queries that rank a document above a more relevant one (ties worst-first)."""
+    nq = group_ptr.shape[0] - 1
+    qid = np.repeat(np.arange(nq), np.diff(group_ptr))
+    order = np.lexsort((relevance, -scores, qid))
+    r, q = relevance[order], qid[order]
+    bad = (r[1:] > r[:-1]) & (q[1:] == q[:-1])
+    return int(np.unique(q[1:][bad]).size)
+
+
+def warn_if_saturated(obj, scores, prep, grad, weights):
+    """Warn when no document has a gradient although some query is misordered.
+
+    The sigmoids of the smoothed positions saturate when ``alpha`` times the score gaps is
+    large (the kernels count a pair as saturated once that product exceeds a few tens): the
+    documents then sit at their exact positions and boosting cannot move them, even where a
+    less relevant document is ranked first. A truncated measure (``k``) has its own warning.
+    """
+    if grad.any() or getattr(obj, "_k", 0) or (weights.size and not weights.any()):
+        return
+    a = prep.arrays
+    if a["gains"] is not None:
+        relevance = a["gains"]
+    else:
+        relevance = (prep.labels >= obj.threshold).astype(np.float64)
+    active = np.repeat((a["inv_z"] > 0) & (np.diff(prep.group_ptr) > 1), np.diff(prep.group_ptr))
+    bad = misordered_queries(scores, np.where(active, relevance, 0.0), prep.group_ptr)
+    if bad:
+        warnings.warn(
+            f"{type(obj).__name__}(alpha={obj.alpha:g}) has no gradient at these scores "
+            f"although {bad} of {prep.group_ptr.shape[0] - 1} queries rank a less relevant "
+            "document above a more relevant one: alpha times the score gaps is so large that "
+            "the sigmoids of the smoothed positions saturate, and boosting will not move. "
+            "Start from smaller scores (init_score / base_margin) or use a smaller alpha.",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -606,6 +704,7 @@ class ApproxNDCG(_ApproxObjective):
                 self.pair_force != "tangent", self.pair_force == "swap", self._mode(hessian),
                 self.hessian_floor, self.hessian_constant, self.normalize, grad, hess,
             )
+            warn_if_saturated(self, s, prep, grad, weights)
         if self._k:
             warn_if_truncated_away(self, prep, grad, weights)
         return grad, hess

@@ -106,6 +106,7 @@ def fit_ranker(
     train,
     valid=None,
     *,
+    valid_names: Sequence[str] | None = None,
     params: dict | None = None,
     num_boost_round: int = 100,
     early_stopping_rounds: int | None = None,
@@ -124,7 +125,9 @@ def fit_ranker(
         (e.g. :class:`approx_gbdt.RankingData`; an optional ``weights`` attribute is passed on
         with the host's weight convention).
     valid : the same, or a list of them, optional
-        Validation data, named ``valid_0``, ``valid_1``, ... in ``evals_result``.
+        Validation data.
+    valid_names : list of str, optional
+        Their names in ``evals_result`` (default ``valid_0``, ``valid_1``, ...).
     params : dict, optional
         Host parameters; the objective and, when ``metric`` is given, the host's own metric
         (turned off) are set here.
@@ -150,13 +153,17 @@ def fit_ranker(
     valid = [] if valid is None else list(valid) if isinstance(valid, list) else [valid]
     if early_stopping_rounds is not None and not valid:
         raise ValueError("early_stopping_rounds needs validation data (valid=)")
+    names = [f"valid_{i}" for i in range(len(valid))] if valid_names is None \
+        else list(valid_names)
+    if len(names) != len(valid):
+        raise ValueError(f"got {len(names)} valid_names for {len(valid)} validation sets")
     metrics = [metric] if isinstance(metric, str) else list(metric or [])
     fit = _fit_lightgbm if backend == "lightgbm" else _fit_xgboost
-    return fit(objective, train, valid, dict(params or {}), num_boost_round,
+    return fit(objective, train, valid, names, dict(params or {}), num_boost_round,
                early_stopping_rounds, metrics, list(callbacks))
 
 
-def _fit_lightgbm(objective, train, valid, params, rounds, patience, metrics, callbacks):
+def _fit_lightgbm(objective, train, valid, names, params, rounds, patience, metrics, callbacks):
     import lightgbm as lgb
 
     from approx_gbdt.metrics import make_lightgbm_feval
@@ -166,7 +173,6 @@ def _fit_lightgbm(objective, train, valid, params, rounds, patience, metrics, ca
         params["metric"] = "None"
     dtrain = _lightgbm_dataset(train)
     valid_sets = [_lightgbm_dataset(v, reference=dtrain) for v in valid]
-    names = [f"valid_{i}" for i in range(len(valid_sets))]
     record = {}
     if valid_sets:
         callbacks.append(lgb.record_evaluation(record))
@@ -184,7 +190,7 @@ def _fit_lightgbm(objective, train, valid, params, rounds, patience, metrics, ca
     return FitResult(booster, "lightgbm", int(best), int(run), record, seconds)
 
 
-def _fit_xgboost(objective, train, valid, params, rounds, patience, metrics, callbacks):
+def _fit_xgboost(objective, train, valid, names, params, rounds, patience, metrics, callbacks):
     import xgboost as xgb
 
     from approx_gbdt.metrics import evaluate, make_xgboost_metric
@@ -197,7 +203,7 @@ def _fit_xgboost(objective, train, valid, params, rounds, patience, metrics, cal
     if metrics:
         params["disable_default_eval_metric"] = 1
     dtrain = _xgboost_dmatrix(train)
-    evals = [(_xgboost_dmatrix(v), f"valid_{i}") for i, v in enumerate(valid)]
+    evals = [(_xgboost_dmatrix(v), name) for v, name in zip(valid, names, strict=True)]
     record = {}
     if patience is not None and metrics:  # stop on the first metric, as LightGBM does
         first = next(iter(evaluate([0.0], [1.0], [0, 1], metrics[:1])))

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+# The largest graded label: the gain 2^y - 1 of NDCG and DCG must stay finite in float64
+# (2^1024 overflows), for the objectives and the exact metrics alike.
+MAX_GRADED_LABEL = 1000.0
+
 __all__ = [
+    "MAX_GRADED_LABEL",
     "check_group_ptr",
     "group_ptr_from_qid",
     "group_ptr_from_sizes",

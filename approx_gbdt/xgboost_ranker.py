@@ -14,6 +14,7 @@ import xgboost as xgb
 from sklearn.base import BaseEstimator
 
 from approx_gbdt.objectives import approx_ndcg_obj
+from approx_gbdt.training import fit_ranker
 from approx_gbdt.utils import group_ptr_from_qid, group_ptr_from_sizes, group_sizes_from_ptr
 
 __all__ = ["ApproxXGBRanker"]
@@ -43,6 +44,9 @@ def _dmatrix(X, y, group, qid, weight, what):
     y = np.asarray(y, dtype=np.float64).ravel()
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"{what}: X has {X.shape[0]} rows but y has {y.shape[0]} labels")
+    if not np.all(np.isfinite(y)):
+        bad = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ValueError(f"{what}: labels must be finite: label {bad} is {y[bad]}")
     order, sizes = _query_layout(X.shape[0], group, qid, what)
     if order is not None:
         X, y = X[order], y[order]
@@ -72,11 +76,16 @@ class ApproxXGBRanker(BaseEstimator):
     learning_rate, max_depth, min_child_weight, reg_lambda, subsample, colsample_bytree,
     tree_method, max_bin, random_state, n_jobs
         XGBoost's parameters of the same meaning (``eta``, ``lambda``, ``seed``,
-        ``nthread``).
+        ``nthread``), with XGBoost's defaults. ``min_child_weight=1`` and ``0.01`` rank
+        within noise of each other on generated data and MQ2008
+        (``benchmarks/results/min_child_weight``).
     eval_at : sequence of int, default (10,)
         Cut-offs of XGBoost's ``ndcg@k`` metric on ``eval_set``; early stopping watches the
         last one on the last evaluation set.
     early_stopping_rounds : int, optional
+    importance_type : str, default "gain"
+        What :attr:`feature_importances_` measures (``Booster.get_score``'s
+        ``importance_type``: "gain", "weight", "cover", "total_gain", "total_cover").
     xgb_params : dict, optional
         Any further ``xgboost.train`` parameters.
 
@@ -84,15 +93,23 @@ class ApproxXGBRanker(BaseEstimator):
     ----------
     booster_ : xgboost.Booster
     evals_result_ : dict
-    best_iteration : int
-        Best round (0-based) when early stopping was used, else the last round.
+    best_iteration_ : int
+        Best round (0-based) when early stopping was used, else the last round
+        (``best_iteration`` is the same, as ``XGBRanker`` names it).
+    best_score_ : float or None
+        The validation metric at the best round when early stopping was used, else None
+        (also ``best_score``).
+    feature_importances_ : numpy.ndarray of shape (n_features,)
+        ``importance_type`` per feature, normalised to sum to 1 (as ``XGBRanker``).
     n_features_in_ : int
 
     Notes
     -----
-    Sample weights are per query (XGBoost's convention for ranking). ``qid`` need not be
+    Sample weights are per query (XGBoost's convention for ranking), in training
+    (``sample_weight``) and evaluation (``sample_weight_eval_set``). ``qid`` need not be
     sorted: rows are sorted stably by query id for training. Predictions use the best round
-    when early stopping was used.
+    when early stopping was used. ``score(X, y, qid=...)`` is the mean NDCG@10 over queries;
+    for cross-validation see :mod:`approx_gbdt.model_selection`.
     """
 
     def __init__(
@@ -112,6 +129,7 @@ class ApproxXGBRanker(BaseEstimator):
         early_stopping_rounds=None,
         random_state=0,
         n_jobs=None,
+        importance_type="gain",
         xgb_params=None,
     ):
         self.objective = objective
@@ -128,6 +146,7 @@ class ApproxXGBRanker(BaseEstimator):
         self.early_stopping_rounds = early_stopping_rounds
         self.random_state = random_state
         self.n_jobs = n_jobs
+        self.importance_type = importance_type
         self.xgb_params = xgb_params
 
     def _params(self):
@@ -169,44 +188,54 @@ class ApproxXGBRanker(BaseEstimator):
         eval_set=None,
         eval_group=None,
         eval_qid=None,
+        sample_weight_eval_set=None,
         verbose=False,
     ):
         """Fit on ``X, y`` with queries given by ``group`` (sizes) or ``qid`` (ids).
 
         ``eval_set`` is a list of ``(X, y)`` pairs with ``eval_group`` or ``eval_qid`` lists
-        of the same length.
+        of the same length, and optionally ``sample_weight_eval_set``, a list of per-query
+        weights (or None) for them.
         """
         params = self._params()
         dtrain = _dmatrix(X, y, group, qid, sample_weight, "training data")
         evals = []
         eval_set = list(eval_set or [])
-        for name, seq in (("eval_group", eval_group), ("eval_qid", eval_qid)):
+        for name, seq in (("eval_group", eval_group), ("eval_qid", eval_qid),
+                          ("sample_weight_eval_set", sample_weight_eval_set)):
             if seq is not None and len(seq) != len(eval_set):
                 raise ValueError(f"{name} must have one entry per eval_set pair")
         for i, (Xv, yv) in enumerate(eval_set):
             gv = eval_group[i] if eval_group is not None else None
             qv = eval_qid[i] if eval_qid is not None else None
-            evals.append((_dmatrix(Xv, yv, gv, qv, None, f"eval_set[{i}]"), f"validation_{i}"))
+            wv = sample_weight_eval_set[i] if sample_weight_eval_set is not None else None
+            evals.append((_dmatrix(Xv, yv, gv, qv, wv, f"eval_set[{i}]"), f"validation_{i}"))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set")
-        self.evals_result_ = {}
-        self.booster_ = xgb.train(
-            params,
-            dtrain,
-            num_boost_round=self.n_estimators,
-            evals=evals,
-            obj=self.objective,
-            early_stopping_rounds=self.early_stopping_rounds,
-            evals_result=self.evals_result_,
-            verbose_eval=verbose,
-        )
-        self.n_features_in_ = dtrain.num_col()
-        if self.early_stopping_rounds is not None:
-            self.best_iteration = self.booster_.best_iteration
-            self.best_score = self.booster_.best_score
-        else:
-            self.best_iteration = self.booster_.num_boosted_rounds() - 1
+        monitor = []
+        if verbose and evals:
+            period = 1 if verbose is True else int(verbose)
+            monitor.append(xgb.callback.EvaluationMonitor(period=period))
+        fit = fit_ranker("xgboost", self.objective, dtrain, [d for d, _ in evals],
+                         valid_names=[name for _, name in evals], params=params,
+                         num_boost_round=self.n_estimators,
+                         early_stopping_rounds=self.early_stopping_rounds, metric=None,
+                         callbacks=monitor)
+        self.booster_, self.evals_result_ = fit.booster, fit.evals_result
+        self._set_fitted(dtrain.num_col())
         return self
+
+    def _set_fitted(self, n_features):
+        self.n_features_in_ = n_features
+        best = self.booster_.attr("best_iteration")
+        if best is not None:  # early stopping recorded its best round in the booster
+            self.best_iteration_ = int(best)
+            self.best_score_ = float(self.booster_.attr("best_score"))
+        else:
+            self.best_iteration_ = self.booster_.num_boosted_rounds() - 1
+            self.best_score_ = None
+        self.best_iteration = self.best_iteration_
+        self.best_score = self.best_score_
 
     def predict(self, X):
         """Scores (higher ranks first), from the best round when early stopping was used."""
@@ -218,11 +247,51 @@ class ApproxXGBRanker(BaseEstimator):
                 f"X has shape {X.shape}; the model was fitted on {self.n_features_in_} features"
             )
         return self.booster_.predict(
-            xgb.DMatrix(X), iteration_range=(0, self.best_iteration + 1)
+            xgb.DMatrix(X), iteration_range=(0, self.best_iteration_ + 1)
         ).astype(np.float64)
+
+    def score(self, X, y, *, qid=None, group=None, metric="ndcg@10"):
+        """Mean ``metric`` (default NDCG@10) over the queries given by ``qid`` or ``group``.
+
+        Ties ranked worst-first, queries without a relevant document left out
+        (:func:`approx_gbdt.model_selection.score_queries`).
+        """
+        from approx_gbdt.model_selection import score_queries
+
+        return score_queries(self.predict(X), y, qid=qid, group=group, metric=metric)
 
     def get_booster(self):
         """The fitted ``xgboost.Booster``."""
         if not hasattr(self, "booster_"):
             raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
         return self.booster_
+
+    @property
+    def feature_importances_(self):
+        """``importance_type`` of every feature, normalised to sum to 1 (0 for unused ones)."""
+        scores = self.get_booster().get_score(importance_type=self.importance_type)
+        values = np.array([scores.get(f"f{i}", 0.0) for i in range(self.n_features_in_)],
+                          dtype=np.float32)
+        total = values.sum()
+        return values / total if total > 0 else values
+
+    def evals_result(self):
+        """The evaluation history of ``fit`` (``evals_result_``), as ``XGBRanker``."""
+        if not hasattr(self, "evals_result_"):
+            raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
+        return self.evals_result_
+
+    def save_model(self, fname):
+        """Save the booster in XGBoost's own format (``.json`` or ``.ubj``), which loads
+        without approx_gbdt (``xgboost.Booster().load_model``) and with :meth:`load_model`."""
+        self.get_booster().save_model(fname)
+
+    def load_model(self, fname):
+        """Load a booster saved by :meth:`save_model` (or by XGBoost); predictions use its
+        best round when it was trained with early stopping."""
+        booster = xgb.Booster()
+        booster.load_model(fname)
+        self.booster_ = booster
+        self.evals_result_ = {}
+        self._set_fitted(booster.num_features())
+        return self

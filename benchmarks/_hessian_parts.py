@@ -1,4 +1,4 @@
-"""The parts of the exact ApproxNDCG Hessian diagonal, for Hessian ablations (issue 5).
+"""The parts of the exact ApproxNDCG Hessian diagonal, for Hessian ablations.
 
 For one query (notation of ``approx_gbdt._kernels``; ``c_i = G_i D'(pos^_i) / Z`` and
 ``e_i = G_i D''(pos^_i) / Z``; ``sig_kj = sig(alpha (s_j - s_k))``, ``w_kj = sig_kj (1 - sig_kj)``)

@@ -1,6 +1,6 @@
-"""Lean ablations of the ApproxNDCG / ApproxAP objectives for LightGBM (issue 5).
+"""Lean ablations of the ApproxNDCG / ApproxAP objectives for LightGBM.
 
-Protocol (DESIGN.md section 5), per fold and seed: LightGBM, learning rate 0.05, 31 leaves,
+Protocol, per fold and seed: LightGBM, learning rate 0.05, 31 leaves,
 bagging 0.8 every iteration and feature_fraction 0.8 (so that seeds matter), early stopping on
 validation NDCG@10 (LightGBM's metric) with patience 50, at most 2000 trees; test NDCG@1/3/5/10
 and MAP from :mod:`approx_gbdt.metrics` (worst-case ties, queries without a relevant document
@@ -19,7 +19,8 @@ Variants are strings::
     hx:mode=M[,floor=F,gamma=G,alpha=A,normalize=0/1]
                           ApproxNDCG gradient with a Hessian combined from the parts of the
                           exact diagonal (``benchmarks/_hessian_parts.py``; O(n^2) loops)
-    ap[:opt=val,...]      ApproxAP(hessian="mixed", beta=10, opts)  (the pre-study defaults)
+    ap[:opt=val,...]      ApproxAP(hessian="mixed", beta=10, opts)  (Qin et al.'s sharp
+                          indicator with the NDCG Hessian: the baseline the AP rows vary)
     A+B                   sum of the components' gradients and Hessians (component option w=)
 
 Objective options: alpha, k, beta, hessian, hessian_floor, hessian_constant, normalize (0/1),
@@ -283,7 +284,7 @@ class Component:
         from approx_gbdt.objectives import ApproxAP, ApproxNDCG
 
         obj_kw = {k: v for k, v in kw.items() if k not in WRAP_KEYS | BOOST_KEYS}
-        if kind == "ap":  # variants are relative to the defaults before this study
+        if kind == "ap":  # AP variants are relative to AP_BASE (beta=10, hessian="mixed")
             obj_kw = {**AP_BASE, **obj_kw}
         if "normalize" in obj_kw:
             obj_kw["normalize"] = bool(obj_kw["normalize"])

@@ -7,6 +7,7 @@ stderr, a non-zero exit status and no traceback.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -312,3 +313,136 @@ def test_compare_passes_the_runner_errors_on(tmp_path, capsys):
                    "--methods", "lgb:no_such_objective", "--no-neural", "--no-catboost"])
     err = capsys.readouterr().err
     assert status == 1 and err.startswith("approx-gbdt: error: ") and "no_such_objective" in err
+
+
+# --------------------------------------------------------------------------------------------
+# Input on which training cannot work: an error (or a warning) before a useless model is saved
+# --------------------------------------------------------------------------------------------
+
+
+def _letor_lines(path, rows):
+    """Write ``(label, qid, f1, f2)`` rows as LETOR text."""
+    path.write_text("".join(f"{y} qid:{q} 1:{a} 2:{b}\n" for y, q, a, b in rows))
+    return path
+
+
+@pytest.fixture()
+def small_files(tmp_path):
+    rng = np.random.default_rng(0)
+    graded = [(i % 3, q, *rng.random(2).round(3)) for q in range(12) for i in range(8)]
+    files = {
+        "graded": _letor_lines(tmp_path / "graded.txt", graded),
+        "nan": _letor_lines(tmp_path / "nan.txt", [("nan", 0, 0.1, 0.2), *graded[1:]]),
+        "zero": _letor_lines(tmp_path / "zero.txt", [(0, q, a, b) for _, q, a, b in graded]),
+        "half": _letor_lines(tmp_path / "half.txt",
+                             [(0.5 * (y > 0), q, a, b) for y, q, a, b in graded]),
+        "one_query": _letor_lines(tmp_path / "one_query.txt", graded[:8]),
+        "huge": _letor_lines(tmp_path / "huge.txt", [(2000, 0, 0.1, 0.2), *graded[1:]]),
+    }
+    return {name: str(path) for name, path in files.items()}
+
+
+@pytest.mark.parametrize(
+    "argv, status, needles",
+    [
+        (["--train", "{nan}"], 1, ["nan.txt", "label of data line 1 is nan"]),
+        (["--train", "{graded}", "--valid", "{nan}"], 1, ["nan.txt", "is nan"]),
+        (["--train", "{zero}"], 1, ["zero.txt", "nothing to rank"]),
+        (["--train", "{half}", "--objective", "approx_ap"], 1, ["relevant (label >= 1)"]),
+        (["--train", "{graded}", "--valid", "{zero}"], 1, ["no validation query has a relevant"]),
+        (["--train", "{one_query}"], 1, ["8 documents", "min_data_in_leaf=4"]),
+        (["--train", "{graded}", "--param", "bogus_param=1"], 2,
+         ["bogus_param: not a LightGBM parameter"]),
+        (["--train", "{graded}", "--param", "num_leave=7"], 2, ["did you mean 'num_leaves'"]),
+        (["--train", "{graded}", "--backend", "xgboost", "--out", "m.json", "--param",
+          "bogus_param=1"], 2, ["bogus_param: XGBoost does not use"]),
+    ],
+)
+def test_train_refuses_unusable_input(small_files, tmp_path, monkeypatch, capsys, argv, status,
+                                      needles):
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(**small_files) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", "m.txt"]
+    assert main(["train", *argv, *FAST]) == status
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("approx-gbdt: error: "), err
+    for needle in needles:
+        assert needle in err
+    assert not (tmp_path / "m.txt").exists() and not (tmp_path / "m.json").exists()
+
+
+def test_train_warns_about_few_validation_queries(small_files, tmp_path, capsys):
+    out = tmp_path / "m.txt"
+    argv = ["train", "--train", small_files["graded"], "--valid", small_files["one_query"],
+            "--out", str(out), "--no-progress", *FAST]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "warning: early stopping watches NDCG@10 on 1 validation query" in captured.err
+    # The summary counts the rounds it times, and keeps the best of them.
+    summary = next(line for line in captured.out.splitlines() if " in " in line)
+    match = re.match(r"(\d+) rounds? in [\d.]+ s; the model keeps rounds? (?:1-)?(\d+) ",
+                     summary)
+    assert match, summary
+    trained, best = int(match.group(1)), int(match.group(2))
+    assert summary.startswith(f"{trained} round{'s' if trained > 1 else ''} in ")
+    assert 1 <= best <= trained <= 25
+    assert lgb_rounds(out) == best
+    assert "1 query," in captured.out and "(12 queries," in captured.out
+
+
+def lgb_rounds(path):
+    import lightgbm as lgb
+
+    return lgb.Booster(model_file=str(path)).current_iteration()
+
+
+def test_evaluate_refuses_bad_labels_without_traceback(small_files, tmp_path):
+    model = tmp_path / "m.txt"
+    assert main(["train", "--train", small_files["graded"], "--out", str(model),
+                 "--objective", "lambdarank", "--param", "min_data_in_leaf=5", *FAST]) == 0
+    result = run_cli("evaluate", "--model", model, "--data", small_files["nan"])
+    assert_user_error(result, "nan.txt", "is nan")
+    result = run_cli("evaluate", "--model", model, "--data", small_files["huge"])
+    assert_user_error(result, "huge.txt", "label 2000 is too large")
+
+
+def test_demo_creates_the_output_folder(tmp_path):
+    out_dir = tmp_path / "new" / "folder"
+    assert main(["demo", "--queries", "10", "--rounds", "3", "--patience", "2",
+                 "--out-dir", str(out_dir), "--no-progress"]) == 0
+    assert (out_dir / "approx_gbdt_demo.png").is_file()
+
+
+@pytest.mark.parametrize("layout", ["Fold1", "folds.json"])
+def test_train_and_evaluate_take_a_letor_folder(letor, tmp_path, capsys, layout):
+    root = tmp_path / "data"
+    splits = letor["splits"]
+    if layout == "Fold1":
+        (root / "Fold1").mkdir(parents=True)
+        for split, name in (("train", "train"), ("valid", "vali"), ("test", "test")):
+            write_letor(root / "Fold1" / f"{name}.txt", splits[split])
+    else:
+        root.mkdir()
+        for i, split in enumerate(("train", "valid", "test")):
+            write_letor(root / f"S{i}.txt", splits[split])
+        (root / "folds.json").write_text(json.dumps({
+            "partitions": {f"S{i}": {"file": f"S{i}.txt"} for i in range(3)},
+            "folds": {"Fold1": {"train": ["S0"], "vali": ["S1"], "test": ["S2"]}},
+        }))
+    model = tmp_path / "m.txt"
+    assert main(["train", "--train", str(root), "--out", str(model), "--no-progress",
+                 *FAST]) == 0
+    out = capsys.readouterr().out
+    assert f"training: {root} Fold1/train (30 queries" in out
+    assert f"validation: {root} Fold1/vali (10 queries" in out
+    assert "the model keeps" in out  # early stopping on the fold's validation split
+    assert main(["evaluate", "--model", str(model), "--data", str(root)]) == 0
+    by_folder = capsys.readouterr().out
+    assert main(["evaluate", "--model", str(model), "--data", str(letor["test"])]) == 0
+    by_file = capsys.readouterr().out
+    assert f"data: {root} Fold1/test (10 queries" in by_folder
+    table = [line for line in by_folder.splitlines() if line.startswith("NDCG@10")]
+    assert table == [line for line in by_file.splitlines() if line.startswith("NDCG@10")]
+    assert main(["evaluate", "--model", str(model), "--data", str(root), "--fold", "Fold7"]) == 1
+    assert "no fold named ['Fold7']" in capsys.readouterr().err

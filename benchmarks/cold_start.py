@@ -1,0 +1,144 @@
+"""What a first run costs: Numba compilation per entry point, from an empty and a full cache.
+
+Each measurement runs in a fresh Python process with ``NUMBA_CACHE_DIR`` pointing at a new
+temporary folder (the empty cache a new user has), then once more in a process that reuses that
+folder (the cache filled by the first run). The process makes the first calls a user makes, in
+order, on a small generated data set, and times each one; every call is then repeated to give
+the warm time, so the difference is compilation (or loading from the cache). It also counts the
+compiled specialisations of every Numba dispatcher of approx_gbdt.
+
+Usage::
+
+    python benchmarks/cold_start.py --out benchmarks/results/cold_start.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The first calls a user makes, in order: (label, statement). ``d`` is the data set.
+STEPS = [
+    ("ApproxNDCG.grad_hess", "approx_ndcg_obj.grad_hess(d.s, d.y, d.ptr)"),
+    ("ApproxAP.grad_hess", "approx_ap_obj.grad_hess(d.s, d.y, d.ptr)"),
+    ("ApproxMRR.grad_hess", "approx_gbdt.approx_mrr_obj.grad_hess(d.s, d.y, d.ptr)"),
+    ("ApproxNDCG(k=10).grad_hess", "approx_gbdt.ApproxNDCG(k=10).grad_hess(d.s, d.y, d.ptr)"),
+    ("ApproxNDCG.value", "approx_ndcg_obj.value(d.s, d.y, d.ptr)"),
+    ("ApproxAP.value", "approx_ap_obj.value(d.s, d.y, d.ptr)"),
+    ("metrics.evaluate (ndcg@10, map, mrr)",
+     "evaluate(d.s, d.y, d.ptr, ['ndcg@10', 'map', 'mrr'])"),
+    ("lgb.train, 1 round, approx_ndcg_obj", "lgb.train(d.params, d.dtrain, num_boost_round=1)"),
+]
+
+CHILD = r"""
+import json, sys, time
+t0, c0 = time.perf_counter(), time.process_time()
+import numpy as np
+import approx_gbdt
+from approx_gbdt import approx_ndcg_obj, approx_ap_obj, evaluate, make_ranking
+import lightgbm as lgb
+times = {"import approx_gbdt, lightgbm": time.perf_counter() - t0}
+cpu = {"import approx_gbdt, lightgbm": time.process_time() - c0}
+class D: pass
+d = D()
+data = make_ranking(200, seed=0, n_features=10)
+d.y, d.ptr = data.y, data.group_ptr
+d.s = np.random.default_rng(0).normal(size=d.y.size)
+d.params = {"objective": approx_ndcg_obj, "verbosity": -1, "num_threads": 1}
+d.dtrain = lgb.Dataset(data.X, d.y, group=np.diff(d.ptr))
+steps = json.loads(sys.argv[1])
+warm = {}
+for label, stmt in steps:
+    t, c = time.perf_counter(), time.process_time(); exec(stmt)
+    times[label] = time.perf_counter() - t; cpu[label] = time.process_time() - c
+for label, stmt in steps:
+    t = time.perf_counter(); exec(stmt); warm[label] = time.perf_counter() - t
+import importlib, pkgutil
+from numba.core.registry import CPUDispatcher
+specs = {}
+for m in pkgutil.iter_modules(approx_gbdt.__path__, "approx_gbdt."):
+    if m.name.split(".")[-1] in ("neural", "dask", "_torch_measures", "__main__"):
+        continue
+    mod = importlib.import_module(m.name)
+    for name, obj in vars(mod).items():
+        if isinstance(obj, CPUDispatcher) and obj.__module__ == m.name and obj.signatures:
+            specs[f"{m.name.split('.')[-1]}.{name}"] = len(obj.signatures)
+print(json.dumps({"first": times, "cpu": cpu, "warm": warm, "specs": specs,
+                  "n_docs": int(d.y.size)}))
+"""
+
+
+def run_child(cache_dir):
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(STEPS)], env=env,
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["process"] = time.perf_counter() - start
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="benchmarks/results/cold_start.md")
+    args = parser.parse_args(argv)
+    command = "python benchmarks/cold_start.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
+        empty = run_child(cache)
+        full = run_child(cache)
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    import numba
+
+    lines = [
+        "# Cold start: Numba compilation per entry point",
+        "",
+        f"Produced by `{command.strip()}` (from the repository root) on "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+        f"numba {numba.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPU cores, load average {load:.1f} when it finished (other jobs "
+        "share the machine: the seconds are upper bounds).",
+        "",
+        f"Each column is one fresh process on generated data ({empty['n_docs']} documents, "
+        "200 queries), making the calls below in this order. 'Empty cache': "
+        "`NUMBA_CACHE_DIR` is a new empty folder (a new user's first run); 'full cache': the "
+        "same folder afterwards (every later run). 'Warm' is the same call repeated in the "
+        "process: the rest is compilation or loading from the cache. Wall-clock seconds, "
+        "and the CPU seconds of the process (all threads) with an empty cache: Numba compiles "
+        "on one thread, so on a busy machine the CPU seconds are closer to what an idle "
+        "machine's wall clock shows.",
+        "",
+        "| step | empty cache (s) | empty cache, CPU s | full cache (s) | warm (s) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for label in empty["first"]:
+        warm = empty["warm"].get(label)
+        lines.append(f"| {label} | {empty['first'][label]:.2f} | {empty['cpu'][label]:.2f} | "
+                     f"{full['first'][label]:.2f} | {'' if warm is None else f'{warm:.3f}'} |")
+    lines.append(f"| whole process | {empty['process']:.2f} | | {full['process']:.2f} | |")
+    lines += ["", "Compiled specialisations per Numba dispatcher after these calls (empty cache):",
+              "", "| dispatcher | specialisations |", "| --- | ---: |"]
+    for name, count in sorted(empty["specs"].items()):
+        lines.append(f"| `{name}` | {count} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Bad input that used to slip through: saturated scores, labels too large for NDCG, NaN labels.
+
+Every case ends in a clear ``ValueError`` or a ``RuntimeWarning`` that names the problem,
+never in a silent NaN or in zero gradients without a word.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from approx_gbdt import (
+    ApproxAP,
+    ApproxNDCG,
+    ApproxXGBRanker,
+    approx_mrr_obj,
+    approx_ndcg_obj,
+    evaluate,
+    mean_over_queries,
+    ndcg,
+)
+
+SATURATING = [approx_ndcg_obj, ApproxAP(), approx_mrr_obj, ApproxNDCG(hessian="bound")]
+
+
+@pytest.mark.parametrize("obj", SATURATING, ids=lambda o: type(o).__name__)
+def test_saturated_misordered_scores_warn(obj):
+    # Gaps of 1e8 (alpha * gap = 1e9): every sigmoid is 0 or 1, every gradient exactly 0,
+    # so boosting cannot move although the first query is upside down.
+    scores = np.array([1e8, 0.0, -1e8, 5e8, 4e8])
+    labels = np.array([0.0, 1.0, 2.0, 1.0, 0.0])
+    with pytest.warns(RuntimeWarning, match="no gradient at these scores although 1 of 2 "
+                                            "queries rank a less relevant document"):
+        grad, _ = obj.grad_hess(scores, labels, [0, 3, 5])
+    assert not grad[:3].any()
+
+
+@pytest.mark.parametrize("obj", SATURATING, ids=lambda o: type(o).__name__)
+def test_saturated_but_well_ordered_scores_are_quiet(obj):
+    scores = np.array([-1e8, 0.0, 1e8, 1e300, -1e300])
+    labels = np.array([0.0, 1.0, 2.0, 1.0, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grad, _ = obj.grad_hess(scores, labels, [0, 3, 5])
+    assert not grad.any()
+
+
+def test_saturation_warning_through_lightgbm():
+    """From lgb.train, with an init_score that puts the irrelevant documents far ahead."""
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 3))
+    y = np.tile([0.0, 0.0, 1.0, 2.0], 10)
+    init = np.tile([2e6, 1e6, -1e6, -2e6], 10)
+    data = lgb.Dataset(X, y, group=[4] * 10, init_score=init)
+    with pytest.warns(RuntimeWarning, match="saturate"):
+        lgb.train({"objective": approx_ndcg_obj, "verbosity": -1, "min_data_in_leaf": 1},
+                  data, num_boost_round=1)
+
+
+def test_ndcg_refuses_labels_too_large_for_the_gain():
+    # 2^2000 overflows: before, NDCG was NaN and mean_over_queries dropped the query silently.
+    with pytest.raises(ValueError, match="label 2000 is too large.*at most 1000"):
+        ndcg([1.0, 2.0, 3.0], [0.0, 1.0, 2000.0], [0, 3])
+    with pytest.raises(ValueError, match="too large"):
+        evaluate([1.0, 2.0, 3.0], [0.0, 1.0, 2000.0], [0, 3], ["map", "ndcg@10"])
+    # The objective's bound (1000) is accepted and gives finite values ...
+    assert ndcg([1.0, 2.0, 3.0], [0.0, 1.0, 1000.0], [0, 3]).tolist() == [1.0]
+    # ... and so is a large label for the binary measures, which do not use 2^y.
+    assert evaluate([1.0, 2.0, 3.0], [0.0, 1.0, 2000.0], [0, 3], "map") == {"map": 1.0}
+    assert np.isfinite(ndcg(np.arange(1000.0), np.full(1000, 1000.0), [0, 1000])).all()
+
+
+def test_undefined_ndcg_is_still_nan_and_excluded():
+    values = ndcg([1.0, 2.0, 1.0, 2.0], [0.0, 0.0, 1.0, 0.0], [0, 2, 4])
+    assert np.isnan(values[0]) and values[1] < 1
+    assert mean_over_queries(values) == values[1]
+
+
+def test_xgb_ranker_refuses_nan_labels():
+    X = np.random.default_rng(0).random((6, 2))
+    with pytest.raises(ValueError, match="labels must be finite: label 1 is nan"):
+        ApproxXGBRanker(n_estimators=1).fit(X, [0.0, np.nan, 1.0, 0.0, 1.0, 2.0], group=[3, 3])
+
+
+def test_clear_cache_releases_every_objectives_datasets():
+    import gc
+    import weakref
+
+    from approx_gbdt import ApproxAP, SoftNDCG, approx_ap_obj, clear_cache
+
+    clear_cache()
+    y = np.array([0.0, 1.0, 2.0, 0.0, 1.0])
+    mine, soft = ApproxAP(beta=1.0), SoftNDCG()
+    for obj in (approx_ndcg_obj, approx_ap_obj, mine, soft):
+        obj(y, np.zeros(5), None, [2, 3])  # the LGBMRanker entry point caches
+        assert obj.cached_datasets == 1
+    gains = weakref.ref(approx_ndcg_obj._cache[0].arrays["gains"])
+    clear_cache()
+    gc.collect()
+    assert [o.cached_datasets for o in (approx_ndcg_obj, approx_ap_obj, mine, soft)] == [0] * 4
+    assert gains() is None  # nothing else held the prepared arrays
+    # Training goes on as before, and one objective can be cleared alone.
+    g1, _ = approx_ndcg_obj(y, np.zeros(5), None, [2, 3])
+    mine(y, np.zeros(5), None, [2, 3])
+    approx_ndcg_obj.clear_cache()
+    assert approx_ndcg_obj.cached_datasets == 0 and mine.cached_datasets == 1
+    assert np.array_equal(approx_ndcg_obj(y, np.zeros(5), None, [2, 3])[0], g1)
