@@ -205,6 +205,7 @@ class _ApproxObjective:
     """Shared machinery: input checks, per-dataset preparation and host-library adapters."""
 
     _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
+    _grid_pairs = K._GRID_PAIRS  # grid path above this many window pairs per document
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)
@@ -404,6 +405,7 @@ class _ApproxObjective:
             s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr, weights,
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
+            grid_pairs=self._grid_pairs,
         )
         return grad, hess
 
