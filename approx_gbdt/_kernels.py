@@ -24,7 +24,6 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from approx_gbdt._grid import (
-    _GRID_PAIRS,
     gain_classes,
     grid_chain_par,
     grid_chain_seq,
@@ -73,7 +72,6 @@ __all__ = [
     "_PAR_MIN",
     "_T",
     "_TILE",
-    "_GRID_PAIRS",
     "grad_hess",
     "make_work",
     "smoothed_positions",
@@ -108,7 +106,7 @@ def _positions_step(big, s, order, alpha, W, nt, gp):
     windowed loops, else by those; returns whether the grid was used."""
     n = s.shape[0]
     _sorted_prep(s, order, alpha, W)
-    grid = use_grid(n, W.jend, gp)
+    grid = use_grid(W.x, W.jend, n, gp)
     if grid:
         if big:
             grid_positions_par(W.x[:n], W.pos[:n], nt)
@@ -265,13 +263,14 @@ def _run(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
                    order[a:b], pair_work(n), nt, gp)
 
 
+_GRID_AUTO = 0  # grid_mode: the grid path (``_grid``) where it is cheaper
 _NO_REL = np.zeros(1, dtype=np.int64)
 _EMPTY = np.empty(0)
 
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
               theta, mode, floor, constant, normalize, grad, hess, order, par_min=_PAR_MIN,
-              grid_pairs=_GRID_PAIRS):
+              grid_mode=_GRID_AUTO):
     """Gradient and Hessian (approximation selected by ``mode``) of L = -sum_q M_q.
 
     ``kind`` is a separable term (``_measure_terms.TERM_*``, with ``gains`` and the per-query
@@ -290,7 +289,7 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
         rel_idx, rel_ptr = _NO_REL, _NO_REL
     _run(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
          theta, mode, floor, constant, normalize, grad, hess, s[:0], np.zeros(nq), order,
-         par_min, get_num_threads(), grid_pairs)
+         par_min, get_num_threads(), grid_mode)
 
 
 def smoothed_positions(s, group_ptr, alpha, pos):
@@ -299,7 +298,7 @@ def smoothed_positions(s, group_ptr, alpha, pos):
     order = np.full(s.shape[0], -1, dtype=np.int32)
     _run(JOB_POSITIONS, s, s[:0], _EMPTY, _NO_REL, _NO_REL, group_ptr, _EMPTY, alpha, TERM_LOG,
          0, 1.0, 0.0, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], pos, np.zeros(nq), order,
-         _PAR_MIN, get_num_threads(), _GRID_PAIRS)
+         _PAR_MIN, get_num_threads(), _GRID_AUTO)
 
 
 def value(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, alpha, kind, k, beta, theta):
@@ -314,7 +313,7 @@ def value(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, alpha, kind, k, beta, th
     order = np.full(s.shape[0], -1, dtype=np.int32)
     _run(JOB_VALUE, s, s[:0], inv_z, rel_idx, rel_ptr, group_ptr, _EMPTY, alpha, kind, 0, beta,
          theta, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], s[:0], out, order, _PAR_MIN,
-         get_num_threads(), _GRID_PAIRS)
+         get_num_threads(), _GRID_AUTO)
     return out
 
 

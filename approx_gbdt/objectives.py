@@ -205,7 +205,7 @@ class _ApproxObjective:
     """Shared machinery: input checks, per-dataset preparation and host-library adapters."""
 
     _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
-    _grid_pairs = K._GRID_PAIRS  # grid path above this many window pairs per document
+    _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)
@@ -405,7 +405,7 @@ class _ApproxObjective:
             s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr, weights,
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
-            grid_pairs=self._grid_pairs,
+            grid_mode=self._grid_mode,
         )
         return grad, hess
 
