@@ -21,7 +21,7 @@ persists between calls in ``order``.
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import config, get_num_threads, njit, prange, set_num_threads
 
 from approx_gbdt._grid import (
     gain_classes,
@@ -270,7 +270,7 @@ _EMPTY = np.empty(0)
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
               theta, mode, floor, constant, normalize, grad, hess, order, par_min=_PAR_MIN,
-              grid_mode=_GRID_AUTO):
+              grid_mode=_GRID_AUTO, n_threads=None):
     """Gradient and Hessian (approximation selected by ``mode``) of L = -sum_q M_q.
 
     ``kind`` is a separable term (``_measure_terms.TERM_*``, with ``gains`` and the per-query
@@ -280,16 +280,24 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     reference loops (``_reference``) up to the window bound of ``_pairs`` and rounding.
     ``weights`` has one entry per document, or is empty for unit weights. ``order`` (from
     ``make_work``) keeps each query's sort order between calls. Queries of at least
-    ``par_min`` documents are split across threads.
+    ``par_min`` documents are split across threads. Long queries take the grid path
+    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never). ``n_threads``
+    (the host library's setting; default Numba's) caps the threads of this call.
     """
     nq = group_ptr.shape[0] - 1
     if kind == KIND_AP:
         gains = s[:0]
     else:
         rel_idx, rel_ptr = _NO_REL, _NO_REL
-    _run(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
-         theta, mode, floor, constant, normalize, grad, hess, s[:0], np.zeros(nq), order,
-         par_min, get_num_threads(), grid_mode)
+    prev = get_num_threads()
+    nt = prev if n_threads is None else max(1, min(int(n_threads), config.NUMBA_NUM_THREADS))
+    set_num_threads(nt)
+    try:
+        _run(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k,
+             beta, theta, mode, floor, constant, normalize, grad, hess, s[:0], np.zeros(nq),
+             order, par_min, nt, grid_mode)
+    finally:
+        set_num_threads(prev)
 
 
 def smoothed_positions(s, group_ptr, alpha, pos):

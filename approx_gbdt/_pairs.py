@@ -488,7 +488,7 @@ def _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_ex
     tot *= alpha
     f = 1.0
     if normalize and tot > 0.0:
-        f = math.log1p(tot) / (tot * math.log(2.0))  # log2(1 + S) / S, exact for tiny S
+        f = math.log2(1.0 + tot) / tot
     has_w = wts.shape[0] == n
     has_off = off.shape[0] > 0
     for r in range(n):

@@ -89,7 +89,7 @@ def finish_query(g, h, weights, normalize):
         for i in range(n):
             tot += abs(g[i])
         if tot > 0.0:
-            f = math.log1p(tot) / (tot * math.log(2.0))  # log2(1 + S) / S, exact for tiny S
+            f = math.log2(1.0 + tot) / tot
             for i in range(n):
                 g[i] *= f
                 h[i] *= f

@@ -162,6 +162,31 @@ def _as_labels(labels):
     return y
 
 
+_THREAD_KEYS = ("num_threads", "num_thread", "nthread", "nthreads", "n_jobs")
+
+
+def _host_threads(params):
+    """The thread count in a host library's parameters (LightGBM's ``num_threads`` and its
+    aliases), or None when it is unset or not positive (the library's own default)."""
+    for key in _THREAD_KEYS:
+        value = (params or {}).get(key)
+        if value is not None:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                return None
+            return value if value > 0 else None
+    return None
+
+
+def _xgboost_threads():
+    """XGBoost's global ``nthread`` (``xgb.config_context(nthread=...)``), or None. A Booster's
+    own ``nthread`` parameter does not reach a custom objective."""
+    import xgboost
+
+    return _host_threads({"nthread": xgboost.get_config().get("nthread")})
+
+
 def smoothed_positions(scores, group_ptr, *, alpha=10.0) -> np.ndarray:
     r"""Smoothed positions of Qin, Liu & Li (2010), query by query.
 
@@ -343,7 +368,8 @@ class _ApproxObjective:
         prep = self._prepare(labels, ptr, cache=True)
         s = _as_scores(preds, prep.labels.shape[0])
         weights = dataset.get_weight()
-        return self._grad_hess(s, prep, self._doc_weights(weights, prep.group_ptr, "doc"), None)
+        return self._grad_hess(s, prep, self._doc_weights(weights, prep.group_ptr, "doc"), None,
+                               _host_threads(getattr(dataset, "params", None)))
 
     def _from_xgboost(self, preds, dmatrix):
         if dmatrix.num_row() == 0:  # a Dask worker that holds no training rows
@@ -358,7 +384,8 @@ class _ApproxObjective:
         weights = dmatrix.get_weight()
         weights = None if weights.size == 0 else weights
         grad, hess = self._grad_hess(
-            s, prep, self._doc_weights(weights, prep.group_ptr, "query"), None
+            s, prep, self._doc_weights(weights, prep.group_ptr, "query"), None,
+            _xgboost_threads(),
         )
         return grad, hess
 
@@ -396,7 +423,7 @@ class _ApproxObjective:
         return K.value(s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr,
                        self.alpha, kind, k, beta, theta)
 
-    def _grad_hess(self, s, prep, weights, hessian):
+    def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         a = prep.arrays
         kind, k, beta, theta = self._term_args()
         grad = np.empty_like(s)
@@ -405,7 +432,7 @@ class _ApproxObjective:
             s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr, weights,
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
-            grid_mode=self._grid_mode,
+            grid_mode=self._grid_mode, n_threads=n_threads,
         )
         return grad, hess
 
@@ -654,13 +681,13 @@ class ApproxNDCG(_ApproxObjective):
         P.label_aware_positions(s, prep.labels, prep.group_ptr, self.alpha, pos)
         return separable_value(a["gains"], a["inv_z"], prep.group_ptr, kind, k, beta, theta, pos)
 
-    def _grad_hess(self, s, prep, weights, hessian):
+    def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         if hessian is not None:
             self._check_chord_hessian(hessian)
         s = gumbel_perturbed(s, alpha=self.alpha, noise=self.noise,
                              random_state=self.random_state)
         if self.positions == "sigmoid" and self.pair_force == "tangent":
-            grad, hess = super()._grad_hess(s, prep, weights, hessian)
+            grad, hess = super()._grad_hess(s, prep, weights, hessian, n_threads)
         else:
             a = prep.arrays
             kind, k, beta, theta = self._term_args()
