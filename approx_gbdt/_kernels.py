@@ -120,18 +120,32 @@ def _positions_step(big, s, order, alpha, W, nt, gp):
 
 
 @njit(inline="always", cache=True)
-def _chain_step(big, grid, n, W, need_exact, need_bound, cls, ncls, nt):
+def _grid_chain(big, n, W, cls, ncls, need_bound, nt):
+    x, v, e = W.x[:n], W.v[:n], W.e[:n]
+    if big:
+        grid_chain_par(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
+                       need_bound, nt)
+    else:
+        grid_chain_seq(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
+                       need_bound)
+
+
+@njit(inline="always", cache=True)
+def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
-    kernel sums there (``ncls >= 0`` classes for the bound, see ``_grid``), else exactly."""
-    if grid and (ncls >= 0 or not need_bound):
-        x, v, e = W.x[:n], W.v[:n], W.e[:n]
-        if big:
-            grid_chain_par(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls,
-                           ncls, need_bound, nt)
-        else:
-            grid_chain_seq(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls,
-                           ncls, need_bound)
-    elif big:
+    kernel sums there (the bound needs ``split``: a separable measure without truncation, and
+    at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly."""
+    if grid:
+        if not need_bound:
+            _grid_chain(big, n, W, W.jend[:0], 0, False, nt)
+            return
+        if split:
+            cls = np.empty(n, dtype=np.int64)
+            ncls = gain_classes(gains, order, n, cls)
+            if ncls >= 0:
+                _grid_chain(big, n, W, cls, ncls, True, nt)
+                return
+    if big:
         _sorted_chain_par(n, W, need_exact, nt)
     else:
         _sorted_chain(n, W, need_exact)
@@ -149,14 +163,8 @@ def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor
     else:
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         need_exact = _need_exact(mode)
-        need_bound = _need_bound(mode)
-        cls = order[:0].astype(np.int64)
-        ncls = -1
-        if grid and need_bound and k <= 0:
-            # the class split of the bound needs v monotone within a gain class (no top-k)
-            cls = np.empty(n, dtype=np.int64)
-            ncls = gain_classes(gains, order, n, cls)
-        _chain_step(big, grid, n, W, need_exact, need_bound, cls, ncls, nt)
+        # the class split of the bound needs v monotone within a gain class (no top-k)
+        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order, nt)
         _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
                        W.v[:0], wts, grad, hess)
 
@@ -173,8 +181,7 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     ap_ve(n, R, W, A, beta, iz)
     need_exact = _need_exact(mode)
     # ApproxAP's v is coupled (not monotone within a class): its bound stays exact
-    _chain_step(big, grid, n, W, need_exact, _need_bound(mode), order[:0].astype(np.int64), -1,
-                nt)
+    _chain_step(big, grid, n, W, need_exact, _need_bound(mode), False, W.v, order, nt)
     off = A.off[:0]
     if need_exact:
         ap_offdiag(n, R, W, A, beta, iz, Hc)

@@ -9,9 +9,12 @@ Writes benchmarks/results/speed.md (or speed_quick.md) and speed_throughput.png:
    10 .. 100,000 at a fixed total number of documents: fast kernel (default), exact reference
    kernel, a vectorised NumPy implementation and PyTorch autograd (what a user would write).
    Scores all equal (every pair inside the window: worst case) and N(0, 1) (alpha = 10).
-2. One 100,000-document query: time and error of the fast kernel against the exact kernel.
+2. One 100,000-document query: time and error of the fast kernel against the exact kernel;
+   one 1,000,000-document query: time, and errors on 200 sampled rows against exact O(n) sums.
 3. Seconds per boosting iteration and peak memory (each training in its own process) against
    LightGBM lambdarank and XGBoost rank:ndcg, light-tree and MSLR-scale settings.
+4. Seconds per boosting iteration against list length (10 .. 10,000 documents per query, fixed
+   total): LightGBM lambdarank and XGBoost rank:ndcg beside approx_ndcg_obj and approx_ap_obj.
 """
 
 from __future__ import annotations
