@@ -413,6 +413,27 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
                  f"{r['errors']} | {r['grad_rel_err']:.1e} | {r['hess_rel_err']:.1e} | {pe} | "
                  f"{r['work_bytes']} |")
     L.append("")
+    L.append("## 3. Training: seconds per boosting iteration and peak memory\n")
+    reset = all(r.get("peak_reset") for r in training)
+    L.append("Median of the iterations after the first. Memory: resident set of the training "
+             "process with the data in memory, before training (data, libraries and, for "
+             "approx_ndcg_obj, Numba), and its peak during training "
+             + ("(the peak was reset after generating the data)" if reset else
+                "(peak not reset: it includes generating the data)")
+             + "; the native process never imports approx_gbdt or Numba. Target: "
+             "approx_ndcg_obj <= 1.1x native, memory within 10 %.\n")
+    L.append("| setting | library | objective | docs | s / iter | ratio to native | "
+             "RSS before training (MB) | peak RSS in training (MB) | memory ratio |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    native = {(r["setting"], r["lib"]): r for r in training if r["objective"] == "native"}
+    for r in training:
+        nat = native.get((r["setting"], r["lib"]))
+        ratio = r["sec_per_iter"] / nat["sec_per_iter"] if nat else float("nan")
+        mem = r["peak_rss_mb"] / nat["peak_rss_mb"] if nat else float("nan")
+        L.append(f"| {r['setting']} | {r['lib']} | {r['objective']} | {r['docs']} | "
+                 f"{r['sec_per_iter']:.3f} | {ratio:.2f} | {r['rss_after_data_mb']:.0f} | "
+                 f"{r['peak_rss_mb']:.0f} | {mem:.2f} |")
+    L.append("")
     if lengths:
         total = lengths[0]["docs"]
         L.append("## 4. Seconds per boosting iteration against list length\n")
@@ -440,27 +461,6 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
                 L.append(f"| {per} | {max(1, total // per)} | {lib} | " + " | ".join(cells)
                          + " |")
         L.append("")
-    L.append("## 3. Training: seconds per boosting iteration and peak memory\n")
-    reset = all(r.get("peak_reset") for r in training)
-    L.append("Median of the iterations after the first. Memory: resident set of the training "
-             "process with the data in memory, before training (data, libraries and, for "
-             "approx_ndcg_obj, Numba), and its peak during training "
-             + ("(the peak was reset after generating the data)" if reset else
-                "(peak not reset: it includes generating the data)")
-             + "; the native process never imports approx_gbdt or Numba. Target: "
-             "approx_ndcg_obj <= 1.1x native, memory within 10 %.\n")
-    L.append("| setting | library | objective | docs | s / iter | ratio to native | "
-             "RSS before training (MB) | peak RSS in training (MB) | memory ratio |")
-    L.append("|---|---|---|---|---|---|---|---|---|")
-    native = {(r["setting"], r["lib"]): r for r in training if r["objective"] == "native"}
-    for r in training:
-        nat = native.get((r["setting"], r["lib"]))
-        ratio = r["sec_per_iter"] / nat["sec_per_iter"] if nat else float("nan")
-        mem = r["peak_rss_mb"] / nat["peak_rss_mb"] if nat else float("nan")
-        L.append(f"| {r['setting']} | {r['lib']} | {r['objective']} | {r['docs']} | "
-                 f"{r['sec_per_iter']:.3f} | {ratio:.2f} | {r['rss_after_data_mb']:.0f} | "
-                 f"{r['peak_rss_mb']:.0f} | {mem:.2f} |")
-    L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 
