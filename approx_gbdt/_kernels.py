@@ -21,8 +21,16 @@ persists between calls in ``order``.
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import config, get_num_threads, njit, prange, set_num_threads
 
+from approx_gbdt._grid import (
+    gain_classes,
+    grid_chain_par,
+    grid_chain_seq,
+    grid_positions_par,
+    grid_positions_seq,
+    use_grid,
+)
 from approx_gbdt._measure_terms import (
     _H_CACHE_MAX,
     TERM_LOG,
@@ -44,12 +52,13 @@ from approx_gbdt._pairs import (
     HESS_CONSTANT,
     HESS_EXACT,
     HESS_MIXED,
+    _positions_rows,
+    _positions_rows_par,
     _scatter,
     _sorted_chain,
     _sorted_chain_par,
     _sorted_finish,
-    _sorted_positions,
-    _sorted_positions_par,
+    _sorted_prep,
     pair_work,
 )
 
@@ -87,15 +96,55 @@ def _need_exact(mode):
 
 
 @njit(inline="always", cache=True)
-def _positions_step(big, s, order, alpha, W, nt):
-    if big:
-        _sorted_positions_par(s, order, alpha, W, nt)
-    else:
-        _sorted_positions(s, order, alpha, W)
+def _need_bound(mode):
+    return mode == HESS_BOUND or mode == HESS_MIXED
 
 
 @njit(inline="always", cache=True)
-def _chain_step(big, n, W, need_exact, nt):
+def _positions_step(big, s, order, alpha, W, nt, gp):
+    """Sort, then the positions by the grid (``_grid``) where it is cheaper than the exact
+    windowed loops, else by those; returns whether the grid was used."""
+    n = s.shape[0]
+    _sorted_prep(s, order, alpha, W)
+    grid = use_grid(W.x, W.jend, n, gp)
+    if grid:
+        if big:
+            grid_positions_par(W.x[:n], W.pos[:n], nt)
+        else:
+            grid_positions_seq(W.x[:n], W.pos[:n])
+    elif big:
+        _positions_rows_par(n, W, nt)
+    else:
+        _positions_rows(n, W)
+    return grid
+
+
+@njit(inline="always", cache=True)
+def _grid_chain(big, n, W, cls, ncls, need_bound, nt):
+    x, v, e = W.x[:n], W.v[:n], W.e[:n]
+    if big:
+        grid_chain_par(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
+                       need_bound, nt)
+    else:
+        grid_chain_seq(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
+                       need_bound)
+
+
+@njit(inline="always", cache=True)
+def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt):
+    """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
+    kernel sums there (the bound needs ``split``: a separable measure without truncation, and
+    at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly."""
+    if grid:
+        if not need_bound:
+            _grid_chain(big, n, W, W.jend[:0], 0, False, nt)
+            return
+        if split:
+            cls = np.empty(n, dtype=np.int64)
+            ncls = gain_classes(gains, order, n, cls)
+            if ncls >= 0:
+                _grid_chain(big, n, W, cls, ncls, True, nt)
+                return
     if big:
         _sorted_chain_par(n, W, need_exact, nt)
     else:
@@ -104,33 +153,35 @@ def _chain_step(big, n, W, need_exact, nt):
 
 @njit(cache=True)
 def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
-           normalize, grad, hess, pos, order, W, nt):
+           normalize, grad, hess, pos, order, W, nt, gp):
     """One query of a separable measure (or only its positions), every step; ``big`` splits
     the pair loops across ``nt`` threads."""
     n = s.shape[0]
-    _positions_step(big, s, order, alpha, W, nt)
+    grid = _positions_step(big, s, order, alpha, W, nt, gp)
     if job == JOB_POSITIONS:
         _scatter(n, W.pos, order, pos)
     else:
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         need_exact = _need_exact(mode)
-        _chain_step(big, n, W, need_exact, nt)
+        # the class split of the bound needs v monotone within a gain class (no top-k)
+        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order, nt)
         _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
                        W.v[:0], wts, grad, hess)
 
 
 @njit(cache=True)
 def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
-              grad, hess, order, W, A, Hc, nt):
+              grad, hess, order, W, A, Hc, nt, gp):
     """One query of ApproxAP, every step. Returns the query's value for ``JOB_VALUE``."""
     n = s.shape[0]
-    _positions_step(big, s, order, alpha, W, nt)
+    grid = _positions_step(big, s, order, alpha, W, nt, gp)
     R = ap_relevant(n, W, A, order, rel_local, beta)
     if job == JOB_VALUE:
         return ap_value_sum(R, A, iz)
     ap_ve(n, R, W, A, beta, iz)
     need_exact = _need_exact(mode)
-    _chain_step(big, n, W, need_exact, nt)
+    # ApproxAP's v is coupled (not monotone within a class): its bound stays exact
+    _chain_step(big, grid, n, W, need_exact, _need_bound(mode), False, W.v, order, nt)
     off = A.off[:0]
     if need_exact:
         ap_offdiag(n, R, W, A, beta, iz, Hc)
@@ -160,7 +211,7 @@ def _split(group_ptr, rel_ptr, par_min, coupled):
 
 @njit(parallel=True, cache=True)
 def _run(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
-         theta, mode, floor, constant, normalize, grad, hess, pos, out, order, par_min, nt):
+         theta, mode, floor, constant, normalize, grad, hess, pos, out, order, par_min, nt, gp):
     """Run ``job`` on every query. Queries with ``inv_z == 0`` get value 0 (``JOB_VALUE``);
     they and single-document queries get zero gradient and Hessian (``JOB_GRAD``)."""
     nq = group_ptr.shape[0] - 1
@@ -189,11 +240,11 @@ def _run(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
                 out[q] = _query_ap(job, False, s[a:b], inv_z[q],
                                    rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
                                    floor, constant, normalize, grad[a:b], hess[a:b],
-                                   order[a:b], W, A, Hc, nt)
+                                   order[a:b], W, A, Hc, nt, gp)
             else:
                 _query(job, False, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta,
                        theta, mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                       order[a:b], W, nt)
+                       order[a:b], W, nt, gp)
     for q in range(nq):
         a = group_ptr[q]
         b = group_ptr[q + 1]
@@ -212,19 +263,21 @@ def _run(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
             out[q] = _query_ap(job, True, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
                                w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
                                hess[a:b], order[a:b], pair_work(n), ap_work(n),
-                               np.empty((hq, hq)), nt)
+                               np.empty((hq, hq)), nt, gp)
         else:
             _query(job, True, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
                    mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                   order[a:b], pair_work(n), nt)
+                   order[a:b], pair_work(n), nt, gp)
 
 
+_GRID_AUTO = 0  # grid_mode: the grid path (``_grid``) where it is cheaper
 _NO_REL = np.zeros(1, dtype=np.int64)
 _EMPTY = np.empty(0)
 
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
-              theta, mode, floor, constant, normalize, grad, hess, order, par_min=_PAR_MIN):
+              theta, mode, floor, constant, normalize, grad, hess, order, par_min=_PAR_MIN,
+              grid_mode=_GRID_AUTO, n_threads=None):
     """Gradient and Hessian (approximation selected by ``mode``) of L = -sum_q M_q.
 
     ``kind`` is a separable term (``_measure_terms.TERM_*``, with ``gains`` and the per-query
@@ -234,16 +287,24 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     reference loops (``_reference``) up to the window bound of ``_pairs`` and rounding.
     ``weights`` has one entry per document, or is empty for unit weights. ``order`` (from
     ``make_work``) keeps each query's sort order between calls. Queries of at least
-    ``par_min`` documents are split across threads.
+    ``par_min`` documents are split across threads. Long queries take the grid path
+    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never). ``n_threads``
+    (the host library's setting; default Numba's) caps the threads of this call.
     """
     nq = group_ptr.shape[0] - 1
     if kind == KIND_AP:
         gains = s[:0]
     else:
         rel_idx, rel_ptr = _NO_REL, _NO_REL
-    _run(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
-         theta, mode, floor, constant, normalize, grad, hess, s[:0], np.zeros(nq), order,
-         par_min, get_num_threads())
+    prev = get_num_threads()
+    nt = prev if n_threads is None else max(1, min(int(n_threads), config.NUMBA_NUM_THREADS))
+    set_num_threads(nt)
+    try:
+        _run(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k,
+             beta, theta, mode, floor, constant, normalize, grad, hess, s[:0], np.zeros(nq),
+             order, par_min, nt, grid_mode)
+    finally:
+        set_num_threads(prev)
 
 
 def smoothed_positions(s, group_ptr, alpha, pos):
@@ -252,7 +313,7 @@ def smoothed_positions(s, group_ptr, alpha, pos):
     order = np.full(s.shape[0], -1, dtype=np.int32)
     _run(JOB_POSITIONS, s, s[:0], _EMPTY, _NO_REL, _NO_REL, group_ptr, _EMPTY, alpha, TERM_LOG,
          0, 1.0, 0.0, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], pos, np.zeros(nq), order,
-         _PAR_MIN, get_num_threads())
+         _PAR_MIN, get_num_threads(), _GRID_AUTO)
 
 
 def value(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, alpha, kind, k, beta, theta):
@@ -267,7 +328,7 @@ def value(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, alpha, kind, k, beta, th
     order = np.full(s.shape[0], -1, dtype=np.int32)
     _run(JOB_VALUE, s, s[:0], inv_z, rel_idx, rel_ptr, group_ptr, _EMPTY, alpha, kind, 0, beta,
          theta, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], s[:0], out, order, _PAR_MIN,
-         get_num_threads())
+         get_num_threads(), _GRID_AUTO)
     return out
 
 

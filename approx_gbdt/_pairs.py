@@ -412,10 +412,8 @@ def _sorted_prep(s, order, alpha, W):
 
 
 @njit(inline="always", cache=True)
-def _sorted_positions(s, order, alpha, W):
-    """Sorted-order positions ``W.pos`` of one query, on the calling thread."""
-    n = s.shape[0]
-    _sorted_prep(s, order, alpha, W)
+def _positions_rows(n, W):
+    """Sorted-order positions ``W.pos`` of one prepared query, on the calling thread."""
     pos = W.pos[:n]
     for r in range(n):
         pos[r] = 1.0 + r
@@ -423,11 +421,16 @@ def _sorted_positions(s, order, alpha, W):
 
 
 @njit(cache=True)
-def _sorted_positions_par(s, order, alpha, W, nt):
-    """Sorted-order positions ``W.pos`` of one long query, rows split across threads."""
-    n = s.shape[0]
-    _sorted_prep(s, order, alpha, W)
+def _positions_rows_par(n, W, nt):
+    """Sorted-order positions ``W.pos`` of one prepared long query, rows split across threads."""
     _par_positions(W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.pos[:n], np.empty((nt, n)))
+
+
+@njit(inline="always", cache=True)
+def _sorted_positions(s, order, alpha, W):
+    """Sorted-order positions ``W.pos`` of one query, on the calling thread."""
+    _sorted_prep(s, order, alpha, W)
+    _positions_rows(s.shape[0], W)
 
 
 @njit(inline="always", cache=True)

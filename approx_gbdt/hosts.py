@@ -28,7 +28,7 @@ import numpy as np
 
 from approx_gbdt.utils import group_ptr_from_sizes
 
-__all__ = ["HostData", "doc_weights", "host_data", "read_call"]
+__all__ = ["HostData", "doc_weights", "host_data", "host_threads", "read_call"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ class HostData:
         How the host applies ``weights``: LightGBM per document, XGBoost's ranking objectives
         per query; ``None`` (a direct call) decides by their length.
     host : {"lightgbm", "xgboost", "sklearn"}
+    threads : int or None
+        The host's thread count for the objective's kernels: LightGBM's ``num_threads`` (or an
+        alias) of the Dataset's parameters, XGBoost's global ``nthread``
+        (``xgb.config_context``; a Booster's own ``nthread`` does not reach a custom
+        objective); None for the kernels' default (``LGBMRanker`` passes no parameters).
     """
 
     labels: np.ndarray
@@ -54,10 +59,34 @@ class HostData:
     weights: np.ndarray | None
     weight_kind: str | None
     host: str
+    threads: int | None = None
 
     def doc_weights(self) -> np.ndarray:
         """Per-document weights (an empty array when there are none); see :func:`doc_weights`."""
         return doc_weights(self.weights, self.group_ptr, self.weight_kind)
+
+
+_THREAD_KEYS = ("num_threads", "num_thread", "nthread", "nthreads", "n_jobs")
+
+
+def host_threads(params) -> int | None:
+    """The thread count in a host library's parameters (``num_threads`` and its aliases), or
+    None when it is unset or not positive (the library's own default)."""
+    for key in _THREAD_KEYS:
+        value = (params or {}).get(key)
+        if value is not None:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                return None
+            return value if value > 0 else None
+    return None
+
+
+def _xgboost_threads():
+    import xgboost
+
+    return host_threads({"nthread": xgboost.get_config().get("nthread")})
 
 
 def _library(obj) -> str:
@@ -86,7 +115,8 @@ def host_data(data) -> HostData:
         if labels is None:
             raise ValueError("the LightGBM Dataset has no labels")
         ptr = group_ptr_from_sizes(sizes, n_rows=np.shape(labels)[0])
-        return HostData(np.asarray(labels), ptr, data.get_weight(), "doc", "lightgbm")
+        return HostData(np.asarray(labels), ptr, data.get_weight(), "doc", "lightgbm",
+                        host_threads(getattr(data, "params", None)))
     if library == "xgboost":
         labels = data.get_label()
         if data.num_row() == 0:  # a Dask worker that holds no rows
@@ -98,7 +128,7 @@ def host_data(data) -> HostData:
             )
         weights = data.get_weight()
         weights = None if weights.size == 0 else weights
-        return HostData(labels, ptr, weights, "query", "xgboost")
+        return HostData(labels, ptr, weights, "query", "xgboost", _xgboost_threads())
     raise TypeError(
         f"expected a lightgbm.Dataset or an xgboost.DMatrix, got {type(data).__name__}"
     )

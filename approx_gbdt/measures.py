@@ -125,8 +125,8 @@ class _Separable(_ApproxObjective):
         gains = self.gains(labels)
         return separable_arrays(gains, self.inverse_normaliser(gains, group_ptr), group_ptr)
 
-    def _grad_hess(self, s, prep, weights, hessian):
-        grad, hess = super()._grad_hess(s, prep, weights, hessian)
+    def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
+        grad, hess = super()._grad_hess(s, prep, weights, hessian, n_threads)
         if self._k:
             warn_if_truncated_away(self, prep, grad, weights)
         return grad, hess

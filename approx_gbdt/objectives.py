@@ -236,6 +236,7 @@ class _ApproxObjective:
     """Shared machinery: input checks, per-dataset preparation and host-library adapters."""
 
     _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
+    _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)
@@ -359,7 +360,7 @@ class _ApproxObjective:
             return np.zeros(0), np.zeros(0)  # a Dask worker that holds no training rows
         prep = self._prepare(data.labels, data.group_ptr, cache=True)
         s = _as_scores(scores, prep.labels.shape[0])
-        return self._grad_hess(s, prep, data.doc_weights(), None)
+        return self._grad_hess(s, prep, data.doc_weights(), None, data.threads)
 
     # -- the measure ------------------------------------------------------------------------------
     def _term_args(self):
@@ -372,7 +373,7 @@ class _ApproxObjective:
         return K.value(s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr,
                        self.alpha, kind, k, beta, theta)
 
-    def _grad_hess(self, s, prep, weights, hessian):
+    def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         a = prep.arrays
         kind, k, beta, theta = self._term_args()
         grad = np.empty_like(s)
@@ -381,6 +382,7 @@ class _ApproxObjective:
             s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr, weights,
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
+            grid_mode=self._grid_mode, n_threads=n_threads,
         )
         warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess
@@ -686,13 +688,13 @@ class ApproxNDCG(_ApproxObjective):
         P.label_aware_positions(s, prep.labels, prep.group_ptr, self.alpha, pos)
         return separable_value(a["gains"], a["inv_z"], prep.group_ptr, kind, k, beta, theta, pos)
 
-    def _grad_hess(self, s, prep, weights, hessian):
+    def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         if hessian is not None:
             self._check_chord_hessian(hessian)
         s = gumbel_perturbed(s, alpha=self.alpha, noise=self.noise,
                              random_state=self.random_state)
         if self.positions == "sigmoid" and self.pair_force == "tangent":
-            grad, hess = super()._grad_hess(s, prep, weights, hessian)
+            grad, hess = super()._grad_hess(s, prep, weights, hessian, n_threads)
         else:
             a = prep.arrays
             kind, k, beta, theta = self._term_args()

@@ -377,7 +377,7 @@ class SoftNDCG(_ApproxObjective):
         _value_kernel(s, a["gains"], a["inv_z"], prep.group_ptr, self.sigma, self._k, out)
         return out
 
-    def _grad_hess(self, s, prep, weights, hessian):
+    def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         hessian = self.hessian if hessian is None else hessian
         if hessian not in _HESSIANS:
             raise ValueError(f"hessian must be one of {list(_HESSIANS)}, got {hessian!r}")

@@ -74,3 +74,12 @@ def test_missing_query_information():
         read_call(Y, PREDS)
     with pytest.raises(TypeError, match="lightgbm.Dataset or an xgboost.DMatrix"):
         host_data(X)
+
+
+def test_thread_count_comes_from_the_host():
+    ds = lgb.Dataset(X, Y, group=SIZES, params={"num_threads": 1, "verbose": -1}).construct()
+    assert host_data(ds).threads == 1
+    assert host_data(_lgb()).threads is None
+    with xgb.config_context(nthread=1):
+        assert host_data(_xgb()).threads == 1
+    assert read_call(Y, PREDS, None, SIZES)[1].threads is None

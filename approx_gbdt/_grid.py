@@ -1,0 +1,539 @@
+"""Sub-quadratic pair sums for long queries: Chebyshev interpolation on boxes of the score axis.
+
+Same notation as ``_pairs`` (one query sorted by score, descending; ``x_r = alpha (s_(r) -
+s_(0))`` non-increasing). Every pair sum the fast kernels need is a one-dimensional kernel sum
+
+    F_c(k) = sum_j K(x_j - x_k) c_j,   K in {sig, w = sig', sig'' = w (1 - 2 sig), w^2}
+
+with per-document weights ``c`` (1, ``v``, ``e``, and class indicators for the bound below):
+
+    pos^_k = 1 + F_1[sig](k) - sig(0)          g_k  = F_v[w](k) - v_k F_1[w](k)
+    aw_k   = F_1[w](k) - w(0)                  aa_k = F_v[sig''](k) - v_k F_1[sig''](k)
+    ab_k   = F_e[w^2](k) - e_k w(0)^2
+
+(the self terms j = k removed; the grid removes its own interpolated value of each, so that
+their interpolation error cancels: it matters where a document has no near neighbours and the
+true sums are far smaller than the self term).
+
+Method (as FIt-SNE does for its kernels, with direct box-to-box products instead of an FFT,
+since the window keeps every box's partners within ``2 D + 1`` boxes). The axis ``u = -x`` is
+cut into boxes of width ``_H`` (only occupied boxes are stored); each box carries ``_P``
+Chebyshev nodes. For a pair of boxes at most ``D = ceil(T / _H)`` boxes apart,
+
+    K(x_j - x_k) ~ sum_{m, l} L_m(x_k) K(y_m - y_l) L_l(x_j)
+
+(``L`` the Lagrange polynomials of the box nodes ``y``), so a box's sources are summed into
+``_P`` node weights, node weights meet target nodes through a ``_P x _P`` kernel table per
+box offset, and every target reads its box's node values: O(n _P + B (2 D + 1) _P^2) for B
+occupied boxes. Pairs more than D boxes apart are saturated (``|x_j - x_k| >= T``) and are
+counted exactly as in ``_pairs``: 1 in the positions for each document above, nothing in the
+other sums.
+
+The bound Hessian's ``sum_j w_kj |v_j - v_k|`` is not a plain kernel sum. For a separable
+measure without truncation (``k <= 0``) and non-negative gains, ``v_j = inv_z g_j t'(pos^_j)``
+with ``t'`` non-decreasing, so within one class of equal gains ``v`` is non-decreasing along
+the sorted order. For a target ``k`` and a class ``G`` the members with ``v_j < v_k`` are
+therefore a prefix of the class (up to ``c(k, G)``), and
+
+    sum_{j in G} w_kj |v_j - v_k| = A_kG - 2 C_kG,
+    A_kG = F_{v 1_G}[w](k) - v_k F_{1_G}[w](k),   C_kG = the same sum over the prefix only.
+
+``C_kG`` uses the node values of the boxes before ``c``'s box (cumulative over the target
+box's partners) and, for ``c``'s own box, the node weights of the members before ``c``
+(a running sum). ``c(k, G)`` only moves forward as ``k`` runs through one class in sorted
+order (``v_k`` non-decreasing), so one pointer per pair of classes does it in O(n) steps in
+total. For a target of gain 0 (``v_k = 0``) every term of a class has one sign and the sum is
+``|A_kG|``; the gain-0 class itself gives ``|v_k| F_{1_G0}[w](k)``. Up to ``_CMAX`` distinct
+nonzero gains per query; otherwise (and for ApproxNDCG@k, whose ``v`` is not monotone, and
+ApproxAP, whose ``v`` is coupled) the bound stays on the exact windowed path of ``_pairs``.
+
+Error bound. With ``_H = 1`` and ``_P = 10`` the interpolation error of each kernel on any
+pair of boxes (both ends interpolated) is at most ``eps_K`` = 2.2e-11 (sig), 8.4e-11 (w),
+2.9e-10 (sig''), 2.3e-10 (w^2) (measured on dense random samples; Chebyshev interpolation of
+a function analytic in the strip ``|Im z| < pi`` on an interval of width 1 converges like
+``rho^-P``, ``rho ~ 12.6``). So
+
+    |F_c(k) - F~_c(k)| <= eps_K sum_{j near k} |c_j|      (near: |x_j - x_k| < (D + 1) _H)
+
+plus the window bound of ``_pairs`` for the saturated pairs. The outputs combine these sums:
+``pos^`` (sig, c = 1), ``g`` and ``aw`` (w; c = v and 1, the latter times ``|v_k|``), ``aa``
+(sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C``: three w-sums of ``|v_j| + |v_k|``).
+``_EPS_K`` holds the ``eps_K`` with a factor 2 of margin; the tests check these bounds per
+document and the 1e-6 max-norm relative target against the exact kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from approx_gbdt._pairs import _T, _sig_pair
+
+_H = 1.0
+_P = 10
+_D = int(math.ceil(_T / _H))
+_CMAX = 8
+_EPS_K = (4.4e-11, 1.7e-10, 5.8e-10, 4.6e-10)  # sig, w, sig'', w^2 (see above)
+_GRID_MIN_N = 1024  # shorter queries always take the exact windowed path
+_GRID_PER_DOC = 330  # cost model of ``use_grid``, in window pairs
+_GRID_PER_BOX_PAIR = 180
+
+
+@njit(cache=True)
+def _nodes():
+    """Chebyshev nodes of the first kind on [0, 1] and their barycentric weights."""
+    z = np.empty(_P)
+    lam = np.empty(_P)
+    for i in range(_P):
+        a = (2 * i + 1) * math.pi / (2 * _P)
+        z[i] = 0.5 * (1.0 - math.cos(a))
+        lam[i] = (-1.0) ** i * math.sin(a)
+    return z, lam
+
+
+@njit(inline="always", cache=True)
+def _lagrange(t, z, lam, out):
+    """Values of the ``_P`` Lagrange polynomials of the nodes ``z`` at ``t`` (barycentric)."""
+    s = 0.0
+    for i in range(_P):
+        d = t - z[i]
+        if d == 0.0:
+            for m in range(_P):
+                out[m] = 0.0
+            out[i] = 1.0
+            return
+        q = lam[i] / d
+        out[i] = q
+        s += q
+    f = 1.0 / s
+    for i in range(_P):
+        out[i] *= f
+
+
+@njit(cache=True)
+def _tables(z):
+    """Kernel tables ``K[kernel, D + delta, m, l] = K((z_m - z_l - delta) _H)`` for target node
+    ``m`` and source node ``l`` ``delta`` boxes further down: sig, w, sig'' and w^2."""
+    tab = np.empty((4, 2 * _D + 1, _P, _P))
+    for di in range(2 * _D + 1):
+        delta = di - _D
+        for m in range(_P):
+            for i in range(_P):
+                sg, sc, w = _sig_pair((z[m] - z[i] - delta) * _H)
+                tab[0, di, m, i] = sg
+                tab[1, di, m, i] = w
+                tab[2, di, m, i] = w * (sc - sg)
+                tab[3, di, m, i] = w * w
+    return tab
+
+
+@njit(cache=True)
+def _costs(x, jend, n):
+    """Work of the two paths for one sorted query: the pairs inside the windows (exact path)
+    and the pairs of partner boxes (grid path)."""
+    pairs = 0
+    for r in range(n):
+        pairs += jend[r] - r - 1
+    bid = np.empty(n)
+    nb = 0
+    for r in range(n):
+        f = math.floor(max(-x[r] / _H, 0.0))
+        if nb == 0 or f != bid[nb - 1]:
+            bid[nb] = f
+            nb += 1
+    box_pairs = 0
+    hi = 0
+    for b in range(nb):
+        if hi < b + 1:
+            hi = b + 1
+        while hi < nb and bid[hi] <= bid[b] + _D:
+            hi += 1
+        box_pairs += hi - b
+    return pairs, 2 * box_pairs - nb
+
+
+@njit(inline="always", cache=True)
+def use_grid(x, jend, n, grid_mode):
+    """Whether to take the grid path for this sorted query: ``grid_mode`` 1 always, -1 never,
+    0 where it is cheaper. The cost model, fitted on one thread: exact path ~ 1.5 us per
+    document + 4.5 ns per window pair; grid path ~ 3 us per document + 0.8 us per pair of
+    partner boxes."""
+    if grid_mode < 0 or n < 2:
+        return False
+    if grid_mode > 0:
+        return True
+    if n < _GRID_MIN_N:
+        return False
+    pairs, box_pairs = _costs(x, jend, n)
+    return pairs > _GRID_PER_DOC * n + _GRID_PER_BOX_PAIR * box_pairs
+
+
+@njit(cache=True)
+def _boxes(x, t, slot, bid, bstart, nlo, nhi):
+    """Occupied boxes of ``u = -x / _H`` (sorted), local coordinates ``t`` in [0, 1), the box
+    slot of each document and each box's partners ``[nlo, nhi)`` (box ids within D).
+    Returns the number of boxes."""
+    n = x.shape[0]
+    nb = 0
+    for r in range(n):
+        u = -x[r] / _H
+        if u < 0.0:
+            u = 0.0
+        f = math.floor(u)
+        t[r] = u - f
+        if nb == 0 or f != bid[nb - 1]:
+            bid[nb] = f
+            bstart[nb] = r
+            nb += 1
+        slot[r] = nb - 1
+    bstart[nb] = n
+    lo = 0
+    hi = 0
+    for b in range(nb):
+        while bid[lo] < bid[b] - _D:
+            lo += 1
+        if hi < b + 1:
+            hi = b + 1
+        while hi < nb and bid[hi] <= bid[b] + _D:
+            hi += 1
+        nlo[b] = lo
+        nhi[b] = hi
+    return nb
+
+
+@njit(inline="always", cache=True)
+def _matvec_add(K, w, out):
+    for m in range(_P):
+        acc = 0.0
+        for i in range(_P):
+            acc += K[m, i] * w[i]
+        out[m] += acc
+
+
+@njit(inline="always", cache=True)
+def _quad(L, K):
+    """``L^T K L``: the grid's own value of a document's self term (removed exactly)."""
+    acc = 0.0
+    for m in range(_P):
+        row = 0.0
+        for i in range(_P):
+            row += K[m, i] * L[i]
+        acc += L[m] * row
+    return acc
+
+
+@njit(inline="always", cache=True)
+def _dot(a, b):
+    acc = 0.0
+    for i in range(_P):
+        acc += a[i] * b[i]
+    return acc
+
+
+@njit(cache=True)
+def _setup(x):
+    """Nodes, kernel tables and boxes of one sorted query."""
+    n = x.shape[0]
+    z, lam = _nodes()
+    tab = _tables(z)
+    t = np.empty(n)
+    slot = np.empty(n, dtype=np.int64)
+    bid = np.empty(n)
+    bstart = np.empty(n + 1, dtype=np.int64)
+    nlo = np.empty(n, dtype=np.int64)
+    nhi = np.empty(n, dtype=np.int64)
+    nb = _boxes(x, t, slot, bid, bstart, nlo, nhi)
+    return z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb
+
+
+@njit(cache=True)
+def _pos_sources(b0, b1, t, bstart, z, lam, src):
+    L = np.empty(_P)
+    for b in range(b0, b1):
+        for r in range(bstart[b], bstart[b + 1]):
+            _lagrange(t[r], z, lam, L)
+            for i in range(_P):
+                src[b, i] += L[i]
+
+
+@njit(cache=True)
+def _pos_boxes(b0, b1, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos):
+    L = np.empty(_P)
+    phi = np.empty(_P)
+    for b in range(b0, b1):
+        for m in range(_P):
+            phi[m] = 0.0
+        for s in range(nlo[b], nhi[b]):
+            _matvec_add(tab[0, int(bid[s] - bid[b]) + _D], src[s], phi)
+        base = 1.0 + bstart[nlo[b]]
+        for r in range(bstart[b], bstart[b + 1]):
+            _lagrange(t[r], z, lam, L)
+            pos[r] = base + _dot(L, phi) - _quad(L, tab[0, _D])
+
+
+@njit(cache=True)
+def grid_positions_seq(x, pos):
+    """Smoothed positions of one sorted query (``x`` non-increasing) by the grid."""
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+    src = np.zeros((nb, _P))
+    _pos_sources(0, nb, t, bstart, z, lam, src)
+    _pos_boxes(0, nb, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos)
+
+
+@njit(parallel=True, cache=True)
+def grid_positions_par(x, pos, nt):
+    """:func:`grid_positions_seq` with the boxes split across ``nt`` threads."""
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+    src = np.zeros((nb, _P))
+    nch = min(nb, 4 * nt)
+    for c in prange(nch):
+        _pos_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, src)
+    for c in prange(nch):
+        _pos_boxes(nb * c // nch, nb * (c + 1) // nch, t, bid, bstart, nlo, nhi, z, lam, tab,
+                   src, pos)
+
+
+@njit(cache=True)
+def gain_classes(gains, order, n, cls):
+    """Class of each document in sorted order (0: gain 0, 1..C: distinct nonzero gains);
+    returns C, or -1 when there are more than ``_CMAX`` classes or a negative gain."""
+    vals = np.empty(_CMAX)
+    nc = 0
+    for r in range(n):
+        g = gains[order[r]]
+        if g == 0.0:
+            cls[r] = 0
+            continue
+        if g < 0.0 or not math.isfinite(g):
+            return -1
+        c = -1
+        for i in range(nc):
+            if vals[i] == g:
+                c = i
+                break
+        if c < 0:
+            if nc == _CMAX:
+                return -1
+            vals[nc] = g
+            c = nc
+            nc += 1
+        cls[r] = c + 1
+    return nc
+
+
+@njit(cache=True)
+def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src):
+    L = np.empty(_P)
+    for b in range(b0, b1):
+        for r in range(bstart[b], bstart[b + 1]):
+            _lagrange(t[r], z, lam, L)
+            vr = v[r]
+            er = ee[r]
+            for i in range(_P):
+                li = L[i]
+                src[b, 0, i] += li
+                src[b, 1, i] += li * vr
+                src[b, 2, i] += li * er
+            c = cls[r] if C > 0 else 0
+            if c > 0:
+                for i in range(_P):
+                    src[b, 1 + 2 * c, i] += L[i] * vr
+                    src[b, 2 + 2 * c, i] += L[i]
+
+
+@njit(cache=True)
+def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound):
+    """Chain-rule sums of one sorted query by the grid: ``g``, ``aa``, ``ab``, ``aw`` and, when
+    ``need_bound``, ``bnd`` by the class split (``cls`` from :func:`gain_classes`, ``ncls``
+    classes; the caller guarantees ``v`` non-decreasing within each class)."""
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+    C = ncls if need_bound else 0
+    src = np.zeros((nb, 3 + 2 * C, _P))  # 1, v, e, then v 1_G and 1_G for G = 1..C
+    _chain_sources(0, nb, t, bstart, z, lam, v, ee, cls, C, src)
+    mem, mst = _class_members(cls, x.shape[0], C)
+    _chain_boxes(0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
+                 z, lam, tab, t, slot, bid, bstart, nlo, nhi, src)
+
+
+@njit(parallel=True, cache=True)
+def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, nt):
+    """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
+    pointers start in each chunk by a binary search, then move forward only)."""
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+    C = ncls if need_bound else 0
+    src = np.zeros((nb, 3 + 2 * C, _P))
+    nch = min(nb, 4 * nt)
+    for c in prange(nch):
+        _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, cls, C,
+                       src)
+    mem, mst = _class_members(cls, x.shape[0], C)
+    for c in prange(nch):
+        _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, g, bnd, aa, ab, aw, cls, C,
+                     need_bound, mem, mst, z, lam, tab, t, slot, bid, bstart, nlo, nhi, src)
+
+
+@njit(cache=True)
+def _class_members(cls, n, C):
+    """Documents of each class 1..C in sorted order: ``mem[mst[c]:mst[c + 1]]``."""
+    mst = np.zeros(C + 2, dtype=np.int64)
+    if C == 0:
+        return np.empty(1, dtype=np.int64), mst
+    for r in range(n):
+        if cls[r] > 0:
+            mst[cls[r] + 1] += 1
+    for c in range(1, C + 2):
+        mst[c] += mst[c - 1]
+    fill = mst.copy()
+    mem = np.empty(max(mst[C + 1], 1), dtype=np.int64)
+    for r in range(n):
+        c = cls[r]
+        if c > 0:
+            mem[fill[c]] = r
+            fill[c] += 1
+    return mem, mst
+
+
+@njit(cache=True)
+def _first_not_below(mem, a, b, v, vk):
+    """First index in ``mem[a:b]`` with ``v[mem[i]] >= vk`` (``v`` non-decreasing there)."""
+    while a < b:
+        m = (a + b) // 2
+        if v[mem[m]] < vk:
+            a = m + 1
+        else:
+            b = m
+    return a
+
+
+@njit(cache=True)
+def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
+                 z, lam, tab, t, slot, bid, bstart, nlo, nhi, src):
+    """Targets of boxes b0..b1-1: node values of the partner boxes, then every document."""
+    L = np.empty(_P)
+    Lj = np.empty(_P)
+    tmp = np.empty(_P)
+    pw1 = np.empty(_P)
+    pwv = np.empty(_P)
+    pd1 = np.empty(_P)
+    pdv = np.empty(_P)
+    pqe = np.empty(_P)
+    npart = 2 * _D + 2
+    # psi[c, 0 / 1, i]: node values of the first i partner boxes for weights v 1_G / 1_G
+    psi = np.zeros((C + 1, 2, npart, _P))
+    # pointer state per (class of the target, class of the sources)
+    pc = np.full((C + 1, C + 1), -1, dtype=np.int64)
+    pslot = np.full((C + 1, C + 1), -1, dtype=np.int64)
+    pv = np.zeros((C + 1, C + 1, _P))
+    p1 = np.zeros((C + 1, C + 1, _P))
+    for b in range(b0, b1):
+        for m in range(_P):
+            pw1[m] = 0.0
+            pwv[m] = 0.0
+            pd1[m] = 0.0
+            pdv[m] = 0.0
+            pqe[m] = 0.0
+        lo = nlo[b]
+        hi = nhi[b]
+        for c in range(1, C + 1):
+            for m in range(_P):
+                psi[c, 0, 0, m] = 0.0
+                psi[c, 1, 0, m] = 0.0
+        for s in range(lo, hi):
+            di = int(bid[s] - bid[b]) + _D
+            Kw = tab[1, di]
+            _matvec_add(Kw, src[s, 0], pw1)
+            _matvec_add(Kw, src[s, 1], pwv)
+            _matvec_add(tab[2, di], src[s, 0], pd1)
+            _matvec_add(tab[2, di], src[s, 1], pdv)
+            _matvec_add(tab[3, di], src[s, 2], pqe)
+            i = s - lo
+            for c in range(1, C + 1):
+                for m in range(_P):
+                    psi[c, 0, i + 1, m] = psi[c, 0, i, m]
+                    psi[c, 1, i + 1, m] = psi[c, 1, i, m]
+                _matvec_add(Kw, src[s, 1 + 2 * c], psi[c, 0, i + 1])
+                _matvec_add(Kw, src[s, 2 + 2 * c], psi[c, 1, i + 1])
+        last = hi - lo
+        for r in range(bstart[b], bstart[b + 1]):
+            _lagrange(t[r], z, lam, L)
+            vr = v[r]
+            a1 = _dot(L, pw1)
+            g[r] = _dot(L, pwv) - vr * a1
+            aw[r] = a1 - _quad(L, tab[1, _D])
+            aa[r] = _dot(L, pdv) - vr * _dot(L, pd1)
+            ab[r] = _dot(L, pqe) - ee[r] * _quad(L, tab[3, _D])
+            if not need_bound:
+                continue
+            ck = cls[r]
+            tot = 0.0
+            rest = a1  # F_1[w] of the gain-0 class: all minus the classes 1..C
+            for c in range(1, C + 1):
+                A1 = _dot(L, psi[c, 1, last])
+                A = _dot(L, psi[c, 0, last]) - vr * A1
+                rest -= A1
+                if ck == 0:
+                    tot += abs(A)
+                    continue
+                a = mst[c]
+                e = mst[c + 1]
+                if a == e:
+                    continue
+                p = pc[ck, c]
+                if p < 0:  # first use in this chunk of boxes: binary search, then the
+                    # members of p's box before p enter the running sums
+                    p = _first_not_below(mem, a, e, v, vr)
+                    _reset_prefix(pv[ck, c], p1[ck, c])
+                    pslot[ck, c] = -1
+                    if p < e:
+                        sp = slot[mem[p]]
+                        q = p
+                        while q > a and slot[mem[q - 1]] == sp:
+                            q -= 1
+                        pslot[ck, c] = sp
+                        for u in range(q, p):
+                            j = mem[u]
+                            _lagrange(t[j], z, lam, Lj)
+                            for m in range(_P):
+                                pv[ck, c, m] += Lj[m] * v[j]
+                                p1[ck, c, m] += Lj[m]
+                while p < e and v[mem[p]] < vr:
+                    j = mem[p]
+                    sj = slot[j]
+                    if sj != pslot[ck, c]:
+                        _reset_prefix(pv[ck, c], p1[ck, c])
+                        pslot[ck, c] = sj
+                    _lagrange(t[j], z, lam, Lj)
+                    for m in range(_P):
+                        pv[ck, c, m] += Lj[m] * v[j]
+                        p1[ck, c, m] += Lj[m]
+                    p += 1
+                pc[ck, c] = p
+                if p == e:
+                    Cs = A
+                else:
+                    sc = slot[mem[p]]
+                    if sc < lo:
+                        Cs = 0.0
+                    elif sc >= hi:
+                        Cs = A
+                    else:
+                        i = sc - lo
+                        Cs = _dot(L, psi[c, 0, i]) - vr * _dot(L, psi[c, 1, i])
+                        if pslot[ck, c] == sc:
+                            for m in range(_P):
+                                tmp[m] = 0.0
+                            for m in range(_P):
+                                Lj[m] = pv[ck, c, m] - vr * p1[ck, c, m]
+                            _matvec_add(tab[1, int(bid[sc] - bid[b]) + _D], Lj, tmp)
+                            Cs += _dot(L, tmp)
+                tot += A - 2.0 * Cs
+            bnd[r] = tot + abs(vr) * rest
+
+
+@njit(inline="always", cache=True)
+def _reset_prefix(pv, p1):
+    for m in range(_P):
+        pv[m] = 0.0
+        p1[m] = 0.0

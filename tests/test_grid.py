@@ -1,0 +1,215 @@
+"""The grid path of long queries (``_grid``) against the exact kernels.
+
+Two checks:
+
+- the kernel sums of ``_grid`` against dense NumPy sums, per document, within the stated bound
+  ``|err_k| <= eps_K sum_{j near k} |c_j| + (n - 1) e^-T * scale`` (``_grid`` module notes);
+- the objectives with the grid forced (``_grid_mode = 1``) against the exact O(n^2) reference
+  loops, within the target ``1e-6 * max_k |exact_k|`` (max-norm relative over the query), on
+  adversarial queries: all scores equal, two far-apart clusters, heavy ties, huge spreads, a
+  dense cluster with a sparse tail; and the automatic choice on a long query against the exact
+  windowed kernel.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from approx_gbdt import _grid as G
+from approx_gbdt import _kernels as K
+from approx_gbdt import _reference as R
+from approx_gbdt.measures import ApproxDCG, ApproxMRR, ApproxPrecision, ApproxRBP
+from approx_gbdt.objectives import ApproxAP, ApproxNDCG
+
+ET = math.exp(-K._T)
+LN2 = math.log(2.0)
+
+
+def _sorted_x(kind, n, rng):
+    if kind == "equal":
+        x = np.zeros(n)
+    elif kind == "clusters":
+        x = np.where(rng.random(n) < 0.5, 0.0, -1e5) + rng.normal(size=n)
+    elif kind == "ties":
+        x = np.round(rng.normal(size=n) * 3.0)
+    elif kind == "spread":
+        x = rng.normal(size=n) * 1e4
+    elif kind == "tail":
+        x = np.concatenate([rng.normal(size=n // 2) * 0.3, -rng.exponential(200.0, n - n // 2)])
+    else:
+        x = rng.normal(size=n) * 8.0
+    x = np.sort(x)[::-1]
+    return x - x[0]
+
+
+def _dense(x, v, e):
+    """Exact sums (O(n^2) memory: small n only) and the magnitudes of their terms."""
+    d = x[None, :] - x[:, None]  # d[k, j] = x_j - x_k
+    with np.errstate(over="ignore"):
+        sig = 1.0 / (1.0 + np.exp(-d))
+    wf = sig * (1.0 - sig)  # the grid's sums include j = k; its magnitudes count it
+    w = wf.copy()
+    np.fill_diagonal(w, 0.0)
+    k2 = wf * (1.0 - 2.0 * sig)
+    dv = v[None, :] - v[:, None]
+    off = 1.0 - np.eye(x.size)
+    near = np.abs(d) < (G._D + 1) * G._H
+    av = near * (np.abs(v)[None, :] + np.abs(v)[:, None])
+    ek = G._EPS_K
+    out = {
+        "pos": (1.0 + (sig * off).sum(1), ek[0] * near.sum(1)),
+        "g": ((w * dv).sum(1), ek[1] * av.sum(1)),
+        "bnd": ((w * np.abs(dv)).sum(1), 3 * ek[1] * av.sum(1)),
+        "aa": ((k2 * dv).sum(1), ek[2] * av.sum(1)),
+        "ab": ((w * w * e[None, :]).sum(1), ek[3] * (near * np.abs(e)[None, :]).sum(1)),
+        "aw": (w.sum(1), ek[1] * near.sum(1)),
+    }
+    return out
+
+
+@pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "spread", "tail", "normal"])
+@pytest.mark.parametrize("par", [False, True])
+def test_grid_sums_within_stated_bound(kind, par):
+    rng = np.random.default_rng(len(kind))
+    n = 1500
+    x = _sorted_x(kind, n, rng)
+    pos = np.empty(n)
+    if par:
+        G.grid_positions_par(x, pos, 3)
+    else:
+        G.grid_positions_seq(x, pos)
+    # v = g t'(pos) (ApproxNDCG's log term) with the exact positions: monotone in each class
+    gain = np.array([0.0, 1.0, 3.0, 7.0, 15.0])[rng.integers(0, 5, n)]
+    ex = _dense(x, np.zeros(n), np.zeros(n))
+    p = ex["pos"][0]
+    lg = np.log1p(p)
+    v = gain * (-LN2 / ((1.0 + p) * lg * lg)) / 40.0
+    e = gain * (LN2 * (2.0 + lg) / ((1.0 + p) ** 2 * lg**3)) / 40.0
+    ex = _dense(x, v, e)
+    cls = np.empty(n, dtype=np.int64)
+    ncls = G.gain_classes(gain, np.arange(n), n, cls)
+    assert ncls == 4
+    out = {k: np.empty(n) for k in ["g", "bnd", "aa", "ab", "aw"]}
+    args = (x, v, e, out["g"], out["bnd"], out["aa"], out["ab"], out["aw"], cls, ncls, True)
+    if par:
+        G.grid_chain_par(*args, 3)
+    else:
+        G.grid_chain_seq(*args)
+    out["pos"] = pos
+    for name, (exact, mag) in ex.items():
+        err = np.abs(out[name] - exact)
+        bound = mag + (n - 1) * ET * (1.0 + 2.0 * np.abs(v).max() + np.abs(e).max())
+        worst = int(np.argmax(err - bound))
+        assert err[worst] <= bound[worst], (name, kind, worst, err[worst], bound[worst])
+
+
+def _data(kind, n, seed, nq=1):
+    rng = np.random.default_rng(seed)
+    sizes = np.full(nq, n)
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    m = int(ptr[-1])
+    s = np.concatenate([_sorted_x(kind, n, rng)[rng.permutation(n)] for _ in range(nq)]) / 10.0
+    y = rng.integers(0, 5, m).astype(float)
+    y[rng.random(m) < 0.3] = 0.0
+    return s, y, ptr
+
+
+def _check(obj, s, y, ptr, grid_mode=1, par_min=K._PAR_MIN, w=None):
+    """Max-norm relative error <= 1e-6 per query, plus the grid's absolute bound (module notes:
+    ``eps_K`` times the summed weights, normalisation <= 1 / ln 2, weights <= max w), which
+    only matters where the exact gradient nearly vanishes (ApproxNDCG@k far below the top k)."""
+    obj._grid_mode = grid_mode
+    obj._par_min = par_min
+    g1, h1 = obj.grad_hess(s, y, ptr, w)
+    g0, h0, v, e = obj._reference_grad_hess(s, y, ptr, w)
+    wmax = 1.0 if w is None else w.max()
+    a1 = obj.alpha * wmax / LN2
+    for q in range(len(ptr) - 1):
+        a, b = ptr[q], ptr[q + 1]
+        sv = np.abs(v[a:b]).sum()
+        se = np.abs(e[a:b]).sum()
+        checks = [("grad", g1, g0, 1e-8 * a1 * sv)]
+        if np.abs(g0[a:b]).sum() > 1e-12 * a1 * sv:
+            # (a vanishing gradient makes the normalisation log2(1 + S) / S, S = sum |g|,
+            # lose its digits to rounding in both kernels: the Hessian is not compared there)
+            checks.append(("hess", h1, h0, 1e-8 * a1 * obj.alpha * (sv + se)))
+        for name, f, r, floor in checks:
+            ref = np.abs(r[a:b]).max()
+            err = np.abs(f[a:b] - r[a:b]).max()
+            assert err <= 1e-6 * ref + floor + 1e-300, (repr(obj), name, q, err, ref)
+
+
+SEPARABLE = [
+    lambda m: ApproxNDCG(hessian=m),
+    lambda m: ApproxNDCG(hessian=m, normalize=False, alpha=3.0),
+    lambda m: ApproxDCG(hessian=m),
+    lambda m: ApproxMRR(hessian=m),
+    lambda m: ApproxRBP(hessian=m),
+]
+
+
+@pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "spread", "tail", "normal"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "exact", "abs", "constant"])
+def test_objectives_on_the_grid(kind, mode):
+    s, y, ptr = _data(kind, 1200, 5)
+    for make in SEPARABLE:
+        _check(make(mode), s, y, ptr)
+    # the paths that keep the bound (and, for ApproxAP, its coupled sums) exact
+    _check(ApproxNDCG(hessian=mode, k=5), s, y, ptr)
+    _check(ApproxPrecision(k=10, hessian=mode), s, y, ptr)
+    _check(ApproxAP(hessian=mode if mode != "exact" else "bound"), s, y, ptr)
+
+
+@pytest.mark.parametrize("mode", ["mixed", "bound"])
+def test_grid_with_weights_threads_and_many_queries(mode):
+    s, y, ptr = _data("normal", 600, 9, nq=5)
+    w = np.random.default_rng(2).uniform(0.5, 2.0, s.shape[0])
+    _check(ApproxNDCG(hessian=mode), s, y, ptr, w=w)
+    _check(ApproxNDCG(hessian=mode), s, y, ptr, par_min=100, w=w)  # rows across threads
+    y[ptr[1]:ptr[2]] = 0.0  # a query with nothing relevant
+    _check(ApproxNDCG(hessian=mode), s, y, ptr)
+
+
+def test_more_gain_classes_than_the_split_takes():
+    # continuous labels: more than _CMAX distinct gains, the bound falls back to the exact path
+    s, y, ptr = _data("normal", 1200, 4)
+    y = np.random.default_rng(0).uniform(0.0, 4.0, s.shape[0])
+    _check(ApproxNDCG(), s, y, ptr)
+
+
+def test_positions_and_values_on_the_grid():
+    s, y, ptr = _data("tail", 2000, 3)
+    pos0 = np.empty(s.size)
+    R.ref_positions(s, ptr, 10.0, pos0)
+    obj = ApproxNDCG()
+    obj._grid_mode = 1
+    g, _ = obj.grad_hess(s, y, ptr)  # sorted once
+    pos1 = np.empty(s.size)
+    K.smoothed_positions(s, ptr, 10.0, pos1)  # automatic choice (dense: grid)
+    np.testing.assert_allclose(pos1, pos0, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(obj.value(s, y, ptr), obj._reference_value(s, y, ptr),
+                               rtol=1e-9)
+
+
+def test_long_query_auto_against_exact_windowed_kernel():
+    # 100,000 documents, windows of ~2,000 pairs per document and a block of 10,000 ties: the
+    # automatic choice takes the grid; the exact windowed kernel (itself checked against the
+    # O(n^2) loops in test_kernels_fast) is the reference
+    rng = np.random.default_rng(1)
+    n = 100_000
+    ptr = np.array([0, n], dtype=np.int64)
+    s = rng.normal(size=n) * 70.0
+    s[: n // 10] = 0.0
+    y = (rng.random(n) < 0.4) * rng.integers(1, 5, n).astype(float)
+    x = np.sort(10.0 * s)[::-1]
+    x -= x[0]
+    jend = np.searchsorted(-x, -x + K._T, side="right").astype(np.int64)
+    assert G.use_grid(x, jend, n, 0)
+    fast = ApproxNDCG()
+    g1, h1 = fast.grad_hess(s, y, ptr)
+    exact = ApproxNDCG()
+    exact._grid_mode = -1
+    g0, h0 = exact.grad_hess(s, y, ptr)
+    assert np.abs(g1 - g0).max() <= 1e-6 * np.abs(g0).max()
+    assert np.abs(h1 - h0).max() <= 1e-6 * np.abs(h0).max()

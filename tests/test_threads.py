@@ -1,0 +1,49 @@
+"""The kernels' thread count follows the host library's setting."""
+
+import lightgbm as lgb
+import numpy as np
+from numba import get_num_threads
+
+from approx_gbdt import approx_ndcg_obj
+from approx_gbdt.hosts import host_threads
+from approx_gbdt.objectives import ApproxNDCG
+
+
+def test_host_threads_reads_the_aliases():
+    assert host_threads({"num_threads": 3}) == 3
+    assert host_threads({"nthread": "2"}) == 2
+    assert host_threads({"n_jobs": -1}) is None  # the library's default
+    assert host_threads({"num_threads": 0}) is None
+    assert host_threads({}) is None and host_threads(None) is None
+
+
+def test_lightgbm_num_threads_reaches_the_objective(monkeypatch):
+    seen = []
+    obj = ApproxNDCG()
+    original = obj._grad_hess
+
+    def spy(*args):
+        seen.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(obj, "_grad_hess", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = rng.integers(0, 3, 200).astype(float)
+    ds = lgb.Dataset(X, y, group=[50] * 4)
+    lgb.train({"objective": obj, "num_threads": 1, "verbose": -1}, ds, num_boost_round=2)
+    assert seen and all(t == 1 for t in seen)
+
+
+def test_thread_cap_gives_the_same_result_and_restores_numba():
+    rng = np.random.default_rng(1)
+    s = rng.normal(size=6000)
+    y = rng.integers(0, 5, 6000).astype(float)
+    ptr = np.array([0, 100, 5100, 6000])
+    before = get_num_threads()
+    g0, h0 = approx_ndcg_obj.grad_hess(s, y, ptr)
+    prep = approx_ndcg_obj._prepare(y, ptr, cache=False)
+    g1, h1 = approx_ndcg_obj._grad_hess(s, prep, np.empty(0), None, 1)
+    assert get_num_threads() == before
+    np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(h1, h0, rtol=1e-12, atol=1e-15)
