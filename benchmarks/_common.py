@@ -35,8 +35,12 @@ Methods
   (:class:`approx_gbdt.neural.NeuralRanker`, B64 network of Bruch et al. 2019; needs torch);
 - ``cb:YetiRank``, ``cb:YetiRankPairwise``, ``cb:LambdaMart``, ``cb:QuerySoftMax``
   (CatBoost's own ranking losses on its depth-6 oblivious trees; needs ``catboost``, the
-  ``bench`` extra). CatBoost cannot host the approx objectives: its Python custom
-  objectives receive no query ids.
+  ``bench`` extra); ``cb:approx_ndcg``, ``cb:approx_ap``, ... (every objective of the
+  registry, options as for ``lgb``) train CatBoost on the approx objective through
+  :class:`approx_gbdt.catboost_host.CatBoostObjective` (plain boosting, early stopping on the
+  adapter's NDCG@10, the same protocol otherwise).
+- ``lgb:regression``, ``xgb:reg:squarederror``, ``cb:RMSE``: pointwise least squares on the
+  labels (``POINTWISE``), baselines that separate the trees from the ranking loss; not peers.
 - ``lgb:soft_ndcg``, ``xgb:soft_ndcg`` (:class:`approx_gbdt.SoftNDCG`, options as for the
   approx objectives);
 - ``ada:ndcg``, ``ada:map`` (:class:`approx_gbdt.AdaRank`, AdaRank-NDCG / AdaRank-MAP) and
@@ -61,6 +65,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -249,6 +254,9 @@ NATIVE = {
     "xgb": ("rank:ndcg", "rank:map", "rank:pairwise"),
     "cb": ("YetiRank", "YetiRankPairwise", "LambdaMart", "QuerySoftMax"),
 }
+# Pointwise regression on the labels, each host's own: baselines that tell the trees from the
+# ranking loss (not peers: the best-peer ratio ignores them).
+POINTWISE = {"lgb": ("regression",), "xgb": ("reg:squarederror",), "cb": ("RMSE",)}
 APPROX = (*OBJECTIVES, "soft_ndcg")  # the registry (approx_ndcg, approx_ap, ...), SoftNDCG
 # The classic boosted rankers (approx_gbdt.AdaRank / RankBoost): library -> objectives.
 BOOSTED = {"ada": ("ndcg", "map"), "rb": ("rankboost",)}
@@ -291,7 +299,8 @@ def parse_method(text: str) -> Method:
     if lib in BOOSTED:
         known = BOOSTED[lib]
     else:
-        known = {"nn": NN_LOSSES, "cb": NATIVE["cb"]}.get(lib) or APPROX + NATIVE[lib]
+        known = {"nn": NN_LOSSES, "cb": NATIVE["cb"] + APPROX}.get(lib) or APPROX + NATIVE[lib]
+        known = known + POINTWISE.get(lib, ())
     if obj not in known:
         raise ValueError(f"method {text!r}: objective for {lib} must be one of {known}")
     options = []
@@ -378,7 +387,10 @@ def objective_repr(method: Method) -> str:
         text = ("AdaRank(measure=" + repr(method.objective) + ")" if method.library == "ada"
                 else "RankBoost()") + " (linear, deterministic: trained once per fold)"
         return text + (" + " + ", ".join(f"{k}={v!r}" for k, v in other.items()) if other else "")
-    if method.library != "nn" and method.objective in APPROX:
+    if method.library == "cb" and method.objective in APPROX:
+        text = (f"CatBoost (oblivious trees, plain boosting) on "
+                f"{make_objective(method.objective, obj_opts)!r} via CatBoostObjective")
+    elif method.library != "nn" and method.objective in APPROX:
         text = repr(make_objective(method.objective, obj_opts))
     elif method.library == "nn":
         text = f"NeuralRanker(loss={method.objective!r}, hidden={NN_HIDDEN})"
@@ -675,13 +687,24 @@ def _best_staged(staged, data, every):
 
 def _fit_cb(method, fold, seed, config, budget):
     """CatBoost with its own early stopping (patience ``budget.patience`` on its
-    ``NDCG:top=10;type=Exp``), then the round with the best validation NDCG@10 of
+    ``NDCG:top=10;type=Exp``; for an approx objective, hosted by ``CatBoostObjective``, on
+    the adapter's NDCG@10), then the round with the best validation NDCG@10 of
     ``approx_gbdt.metrics`` (as for the other libraries) among the trained ones."""
-    from catboost import CatBoostRanker, Pool
+    from catboost import CatBoost, CatBoostRanker, Pool
 
-    def pool(d):
-        return Pool(d.X, d.y, group_id=np.repeat(np.arange(d.n_queries), _sizes(d)))
+    def pool(d, label=None):
+        return Pool(d.X, d.y if label is None else label,
+                    group_id=np.repeat(np.arange(d.n_queries), _sizes(d)))
 
+    tr, va = fold.train, fold.vali
+    obj_opts, other = split_options(method)
+    host = None
+    if method.objective in APPROX:
+        from approx_gbdt.catboost_host import CatBoostObjective
+
+        host = CatBoostObjective(make_objective(method.objective, obj_opts, seed), tr.y,
+                                 tr.group_ptr, eval_set=(va.y, va.group_ptr),
+                                 eval_at=int(STOP_METRIC.split("@")[1]))
     params = {
         "loss_function": method.objective,
         "eval_metric": "NDCG:top=10;type=Exp",
@@ -698,10 +721,17 @@ def _fit_cb(method, fold, seed, config, budget):
         "allow_writing_files": False,
         "verbose": False,
     }
-    params.update(method.opts)
-    tr, va = fold.train, fold.vali
-    t0 = time.perf_counter()
-    model = CatBoostRanker(**params).fit(pool(tr), eval_set=pool(va))
+    if host is None:
+        params.update(method.opts)
+        t0 = time.perf_counter()
+        model = CatBoostRanker(**params).fit(pool(tr), eval_set=pool(va))
+    else:
+        params.update(host.catboost_params)
+        params.update(other)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():  # CatBoost: numba cannot compile the adapter class
+            warnings.simplefilter("ignore", UserWarning)
+            model = CatBoost(params).fit(pool(tr, host.pool_label), eval_set=pool(va))
     seconds = time.perf_counter() - t0
     best, valid = _best_staged(model.staged_predict(va.X), va, 1)
     scores = model.predict(fold.test.X, ntree_end=best)

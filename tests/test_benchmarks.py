@@ -37,8 +37,19 @@ def test_parse_method_names_and_options():
         C.parse_method("catboost:approx_ndcg")
     m = C.parse_method("cb:YetiRank")
     assert (m.library, m.objective) == ("cb", "YetiRank")
-    with pytest.raises(ValueError):  # CatBoost cannot host the approx objectives
-        C.parse_method("cb:approx_ndcg")
+    m = C.parse_method("cb:approx_ndcg(pair_force=chord,depth=4)")  # via CatBoostObjective
+    assert C.split_options(m) == ({"pair_force": "chord"}, {"depth": 4})
+    with pytest.raises(ValueError):
+        C.parse_method("cb:rank_xendcg")
+
+
+def test_pointwise_baselines_parse_but_are_not_peers():
+    C = _load_common()
+    for name in ("lgb:regression", "xgb:reg:squarederror", "cb:RMSE"):
+        m = C.parse_method(name)
+        assert m.objective not in C.NATIVE[m.library]
+    with pytest.raises(ValueError):
+        C.parse_method("lgb:RMSE")
 
 
 def test_rival_methods_parse_and_have_four_point_grids():
@@ -119,6 +130,19 @@ def test_quality_quick_run_with_catboost(tmp_path):
     text = (tmp_path / "quality_generated.md").read_text()
     assert "`cb:YetiRank`" in text and "`cb:QuerySoftMax`" in text
     assert "l2_leaf_reg=3" in text
+
+
+@pytest.mark.slow
+def test_quality_quick_run_hosts_approx_ndcg_and_rmse_on_catboost(tmp_path):
+    pytest.importorskip("catboost")
+    cmd = [sys.executable, str(BENCH / "quality.py"), "--quick", "--data", "generated",
+           "--methods", "lgb:approx_ndcg", "cb:approx_ndcg", "cb:RMSE", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "quality_generated.md").read_text()
+    assert "`cb:approx_ndcg`: CatBoost (oblivious trees, plain boosting) on ApproxNDCG(" in text
+    assert "`cb:RMSE`: CatBoost RMSE" in text
+    assert "Failed runs" not in text and "Grid points that failed" not in text
 
 
 @pytest.mark.slow
