@@ -356,12 +356,69 @@ def _objective_params(name) -> list[str]:
     return list(_default_objective(name).get_params())
 
 
+# Objective options of the benchmark only (screening ideas, not package options).
+BENCH_OBJECTIVE_OPTIONS = ("softmax_mix",)
+
+
+def _softmax_grad_hess(scores, labels, group_ptr):
+    """Gradient and Hessian diagonal of the softmax cross-entropy with the labels as targets
+    (CatBoost's QuerySoftMax, ListNet's top-one loss): per query ``L = -sum_i y_i log p_i``,
+    ``p = softmax(s)``; ``dL/ds_i = Y p_i - y_i`` (``Y = sum_j y_j``), diagonal ``Y p_i (1 -
+    p_i)``. Each query's gradient and Hessian are then scaled by ``log2(1 + S) / S``, ``S =
+    sum_i |dL/ds_i|`` (the approx objectives' ``normalize``)."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    sizes = np.diff(group_ptr)
+    starts = np.asarray(group_ptr[:-1])[sizes > 0]
+    q = np.repeat(np.arange(starts.size), sizes[sizes > 0])
+    e = np.exp(s - np.maximum.reduceat(s, starts)[q])
+    p = e / np.add.reduceat(e, starts)[q]
+    total = np.add.reduceat(y, starts)[q]
+    grad = total * p - y
+    hess = total * p * (1.0 - p)
+    size = np.add.reduceat(np.abs(grad), starts)
+    scale = np.divide(np.log2(1.0 + size), size, out=np.zeros_like(size), where=size > 0)[q]
+    return grad * scale, hess * scale
+
+
+class SoftmaxMix:
+    """``(1 - weight) *`` an approx objective ``+ weight *`` the normalised softmax
+    cross-entropy of :func:`_softmax_grad_hess` (gradients and Hessians mixed), for LightGBM
+    (``f(preds, lgb.Dataset)``) and CatBoost (``grad_hess``, through ``CatBoostObjective``)."""
+
+    def __init__(self, objective, weight):
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"softmax_mix must be in [0, 1], got {weight!r}")
+        self.objective, self.weight = objective, float(weight)
+
+    def grad_hess(self, scores, labels, group_ptr):
+        g1, h1 = self.objective.grad_hess(scores, labels, group_ptr)
+        g2, h2 = _softmax_grad_hess(scores, labels, group_ptr)
+        w = self.weight
+        return (1.0 - w) * g1 + w * g2, (1.0 - w) * h1 + w * h2
+
+    def __call__(self, preds, dataset):
+        from approx_gbdt import group_ptr_from_sizes
+
+        labels = dataset.get_label()
+        ptr = group_ptr_from_sizes(dataset.get_group(), n_rows=len(labels))
+        return self.grad_hess(preds, labels, ptr)
+
+    def __repr__(self):
+        return f"SoftmaxMix({self.objective!r}, weight={self.weight:g})"
+
+
 def make_objective(name: str, options: dict, seed: int | None = None):
     """The package's default objective, or a copy of its settings with ``options`` changed.
 
     With a ``seed``, an objective with stochastic smoothing (``noise > 0``) and no
     ``random_state`` of its own gets ``random_state=seed``, so that the benchmark's seeds
-    vary the noise as they vary the learner."""
+    vary the noise as they vary the learner. ``softmax_mix=w`` (benchmark only) mixes in the
+    softmax cross-entropy with weight ``w`` (:class:`SoftmaxMix`)."""
+    if "softmax_mix" in options:
+        options = dict(options)
+        weight = options.pop("softmax_mix")
+        return SoftmaxMix(make_objective(name, options, seed), weight)
     default = _default_objective(name)
     if seed is not None and "random_state" not in options and (
         options.get("noise", getattr(default, "noise", 0.0)) > 0
@@ -375,7 +432,7 @@ def split_options(method: Method) -> tuple[dict, dict]:
     opts = method.opts
     if method.library in ("nn", *BOOSTED) or method.objective not in APPROX:
         return {}, opts
-    names = set(_objective_params(method.objective))
+    names = set(_objective_params(method.objective)) | set(BENCH_OBJECTIVE_OPTIONS)
     return ({k: v for k, v in opts.items() if k in names},
             {k: v for k, v in opts.items() if k not in names})
 

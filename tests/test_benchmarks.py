@@ -194,3 +194,35 @@ def test_hessian_parts_add_up_to_the_package_hessians():
         np.testing.assert_allclose(g, -grad, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(h, h_parts, rtol=1e-9, atol=1e-12)
     assert np.all(np.abs(T1) <= B + 1e-12) and np.all(C >= 0)
+
+
+def test_softmax_mix_gradient_and_hessian_against_autograd():
+    torch = pytest.importorskip("torch")
+    C = _load_common()
+    rng = np.random.default_rng(0)
+    sizes = [5, 1, 4, 3]  # a single-document query and one with no relevant document
+    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    s = rng.normal(size=ptr[-1])
+    y = rng.integers(0, 4, size=ptr[-1]).astype(float)
+    y[ptr[3]:ptr[4]] = 0
+    grad, hess = C._softmax_grad_hess(s, y, ptr)
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        t = torch.tensor(s[a:b], dtype=torch.float64, requires_grad=True)
+        yt = torch.tensor(y[a:b], dtype=torch.float64)
+
+        def loss(u, yt=yt):
+            return -(yt * torch.log_softmax(u, 0)).sum()
+
+        (g,) = torch.autograd.grad(loss(t), t)
+        h = torch.autograd.functional.hessian(loss, t).diagonal()
+        total = g.abs().sum().item()
+        scale = np.log2(1 + total) / total if total > 0 else 0.0
+        np.testing.assert_allclose(grad[a:b], scale * g.numpy(), atol=1e-12)
+        np.testing.assert_allclose(hess[a:b], scale * h.numpy(), atol=1e-12)
+    mix = C.make_objective("approx_ndcg", {"softmax_mix": 0.25})
+    g1, h1 = C.make_objective("approx_ndcg", {}).grad_hess(s, y, ptr)
+    g2, h2 = mix.grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g2, 0.75 * g1 + 0.25 * grad)
+    np.testing.assert_allclose(h2, 0.75 * h1 + 0.25 * hess)
+    m = C.parse_method("lgb:approx_ndcg(softmax_mix=0.5,num_leaves=7)")
+    assert C.split_options(m) == ({"softmax_mix": 0.5}, {"num_leaves": 7})
