@@ -64,9 +64,10 @@ class CatBoostObjective:
     Examples
     --------
     >>> from catboost import CatBoost, Pool
-    >>> from approx_gbdt import approx_ndcg_obj, make_ranking, ndcg, mean_over_queries
+    >>> from approx_gbdt import approx_ndcg_obj, make_ranking_splits, ndcg, mean_over_queries
     >>> from approx_gbdt.catboost_host import CatBoostObjective
-    >>> tr, va = make_ranking(40, seed=0), make_ranking(20, seed=1)
+    >>> splits = make_ranking_splits((40, 20, 1), seed=0)
+    >>> tr, va = splits["train"], splits["valid"]
     >>> host = CatBoostObjective(approx_ndcg_obj, tr.y, tr.group_ptr,
     ...                          eval_set=(va.y, va.group_ptr))
     >>> def qid(d):
