@@ -3,6 +3,7 @@ objectives for LightGBM and XGBoost."""
 
 from approx_gbdt import measures as _measures
 from approx_gbdt.adarank import AdaRank
+from approx_gbdt.catboost_host import CatBoostObjective
 from approx_gbdt.datasets import (
     LetorFold,
     RankingData,
@@ -63,6 +64,7 @@ __all__ = [
     "ApproxAP",
     "ApproxNDCG",
     "ApproxXGBRanker",
+    "CatBoostObjective",
     "FitResult",
     "LetorFold",
     "QueryIdRanker",

@@ -35,8 +35,12 @@ Methods
   (:class:`approx_gbdt.neural.NeuralRanker`, B64 network of Bruch et al. 2019; needs torch);
 - ``cb:YetiRank``, ``cb:YetiRankPairwise``, ``cb:LambdaMart``, ``cb:QuerySoftMax``
   (CatBoost's own ranking losses on its depth-6 oblivious trees; needs ``catboost``, the
-  ``bench`` extra). CatBoost cannot host the approx objectives: its Python custom
-  objectives receive no query ids.
+  ``bench`` extra); ``cb:approx_ndcg``, ``cb:approx_ap``, ... (every objective of the
+  registry, options as for ``lgb``) train CatBoost on the approx objective through
+  :class:`approx_gbdt.catboost_host.CatBoostObjective` (plain boosting, early stopping on the
+  adapter's NDCG@10, the same protocol otherwise).
+- ``lgb:regression``, ``xgb:reg:squarederror``, ``cb:RMSE``: pointwise least squares on the
+  labels (``POINTWISE``), baselines that separate the trees from the ranking loss; not peers.
 - ``lgb:soft_ndcg``, ``xgb:soft_ndcg`` (:class:`approx_gbdt.SoftNDCG`, options as for the
   approx objectives);
 - ``ada:ndcg``, ``ada:map`` (:class:`approx_gbdt.AdaRank`, AdaRank-NDCG / AdaRank-MAP) and
@@ -61,6 +65,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -250,6 +255,9 @@ NATIVE = {
     "xgb": ("rank:ndcg", "rank:map", "rank:pairwise"),
     "cb": ("YetiRank", "YetiRankPairwise", "LambdaMart", "QuerySoftMax"),
 }
+# Pointwise regression on the labels, each host's own: baselines that tell the trees from the
+# ranking loss (not peers: the best-peer ratio ignores them).
+POINTWISE = {"lgb": ("regression",), "xgb": ("reg:squarederror",), "cb": ("RMSE",)}
 APPROX = (*OBJECTIVES, "soft_ndcg")  # the registry (approx_ndcg, approx_ap, ...), SoftNDCG
 # The classic boosted rankers (approx_gbdt.AdaRank / RankBoost): library -> objectives.
 BOOSTED = {"ada": ("ndcg", "map"), "rb": ("rankboost",)}
@@ -293,7 +301,8 @@ def parse_method(text: str) -> Method:
     if lib in BOOSTED:
         known = BOOSTED[lib]
     else:
-        known = {"nn": NN_LOSSES, "cb": NATIVE["cb"]}.get(lib) or APPROX + NATIVE[lib]
+        known = {"nn": NN_LOSSES, "cb": NATIVE["cb"] + APPROX}.get(lib) or APPROX + NATIVE[lib]
+        known = known + POINTWISE.get(lib, ())
     if obj not in known:
         raise ValueError(f"method {text!r}: objective for {lib} must be one of {known}")
     options = []
@@ -353,12 +362,69 @@ def _objective_params(name) -> list[str]:
     return list(_default_objective(name).get_params())
 
 
+# Objective options of the benchmark only (screening ideas, not package options).
+BENCH_OBJECTIVE_OPTIONS = ("softmax_mix",)
+
+
+def _softmax_grad_hess(scores, labels, group_ptr):
+    """Gradient and Hessian diagonal of the softmax cross-entropy with the labels as targets
+    (CatBoost's QuerySoftMax, ListNet's top-one loss): per query ``L = -sum_i y_i log p_i``,
+    ``p = softmax(s)``; ``dL/ds_i = Y p_i - y_i`` (``Y = sum_j y_j``), diagonal ``Y p_i (1 -
+    p_i)``. Each query's gradient and Hessian are then scaled by ``log2(1 + S) / S``, ``S =
+    sum_i |dL/ds_i|`` (the approx objectives' ``normalize``)."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    sizes = np.diff(group_ptr)
+    starts = np.asarray(group_ptr[:-1])[sizes > 0]
+    q = np.repeat(np.arange(starts.size), sizes[sizes > 0])
+    e = np.exp(s - np.maximum.reduceat(s, starts)[q])
+    p = e / np.add.reduceat(e, starts)[q]
+    total = np.add.reduceat(y, starts)[q]
+    grad = total * p - y
+    hess = total * p * (1.0 - p)
+    size = np.add.reduceat(np.abs(grad), starts)
+    scale = np.divide(np.log2(1.0 + size), size, out=np.zeros_like(size), where=size > 0)[q]
+    return grad * scale, hess * scale
+
+
+class SoftmaxMix:
+    """``(1 - weight) *`` an approx objective ``+ weight *`` the normalised softmax
+    cross-entropy of :func:`_softmax_grad_hess` (gradients and Hessians mixed), for LightGBM
+    (``f(preds, lgb.Dataset)``) and CatBoost (``grad_hess``, through ``CatBoostObjective``)."""
+
+    def __init__(self, objective, weight):
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"softmax_mix must be in [0, 1], got {weight!r}")
+        self.objective, self.weight = objective, float(weight)
+
+    def grad_hess(self, scores, labels, group_ptr):
+        g1, h1 = self.objective.grad_hess(scores, labels, group_ptr)
+        g2, h2 = _softmax_grad_hess(scores, labels, group_ptr)
+        w = self.weight
+        return (1.0 - w) * g1 + w * g2, (1.0 - w) * h1 + w * h2
+
+    def __call__(self, preds, dataset):
+        from approx_gbdt import group_ptr_from_sizes
+
+        labels = dataset.get_label()
+        ptr = group_ptr_from_sizes(dataset.get_group(), n_rows=len(labels))
+        return self.grad_hess(preds, labels, ptr)
+
+    def __repr__(self):
+        return f"SoftmaxMix({self.objective!r}, weight={self.weight:g})"
+
+
 def make_objective(name: str, options: dict, seed: int | None = None):
     """The package's default objective, or a copy of its settings with ``options`` changed.
 
     With a ``seed``, an objective with stochastic smoothing (``noise > 0``) and no
     ``random_state`` of its own gets ``random_state=seed``, so that the benchmark's seeds
-    vary the noise as they vary the learner."""
+    vary the noise as they vary the learner. ``softmax_mix=w`` (benchmark only) mixes in the
+    softmax cross-entropy with weight ``w`` (:class:`SoftmaxMix`)."""
+    if "softmax_mix" in options:
+        options = dict(options)
+        weight = options.pop("softmax_mix")
+        return SoftmaxMix(make_objective(name, options, seed), weight)
     default = _default_objective(name)
     if seed is not None and "random_state" not in options and (
         options.get("noise", getattr(default, "noise", 0.0)) > 0
@@ -372,7 +438,7 @@ def split_options(method: Method) -> tuple[dict, dict]:
     opts = method.opts
     if method.library in ("nn", *BOOSTED) or method.objective not in APPROX:
         return {}, opts
-    names = set(_objective_params(method.objective))
+    names = set(_objective_params(method.objective)) | set(BENCH_OBJECTIVE_OPTIONS)
     return ({k: v for k, v in opts.items() if k in names},
             {k: v for k, v in opts.items() if k not in names})
 
@@ -384,7 +450,10 @@ def objective_repr(method: Method) -> str:
         text = ("AdaRank(measure=" + repr(method.objective) + ")" if method.library == "ada"
                 else "RankBoost()") + " (linear, deterministic: trained once per fold)"
         return text + (" + " + ", ".join(f"{k}={v!r}" for k, v in other.items()) if other else "")
-    if method.library != "nn" and method.objective in APPROX:
+    if method.library == "cb" and method.objective in APPROX:
+        text = (f"CatBoost (oblivious trees, plain boosting) on "
+                f"{make_objective(method.objective, obj_opts)!r} via CatBoostObjective")
+    elif method.library != "nn" and method.objective in APPROX:
         text = repr(make_objective(method.objective, obj_opts))
     elif method.library == "nn":
         text = f"NeuralRanker(loss={method.objective!r}, hidden={NN_HIDDEN})"
@@ -649,13 +718,24 @@ def _best_staged(staged, data, every):
 
 def _fit_cb(method, fold, seed, config, budget):
     """CatBoost with its own early stopping (patience ``budget.patience`` on its
-    ``NDCG:top=10;type=Exp``), then the round with the best validation NDCG@10 of
+    ``NDCG:top=10;type=Exp``; for an approx objective, hosted by ``CatBoostObjective``, on
+    the adapter's NDCG@10), then the round with the best validation NDCG@10 of
     ``approx_gbdt.metrics`` (as for the other libraries) among the trained ones."""
-    from catboost import CatBoostRanker, Pool
+    from catboost import CatBoost, CatBoostRanker, Pool
 
-    def pool(d):
-        return Pool(d.X, d.y, group_id=np.repeat(np.arange(d.n_queries), _sizes(d)))
+    def pool(d, label=None):
+        return Pool(d.X, d.y if label is None else label,
+                    group_id=np.repeat(np.arange(d.n_queries), _sizes(d)))
 
+    tr, va = fold.train, fold.vali
+    obj_opts, other = split_options(method)
+    host = None
+    if method.objective in APPROX:
+        from approx_gbdt.catboost_host import CatBoostObjective
+
+        host = CatBoostObjective(make_objective(method.objective, obj_opts, seed), tr.y,
+                                 tr.group_ptr, eval_set=(va.y, va.group_ptr),
+                                 eval_at=int(STOP_METRIC.split("@")[1]))
     params = {
         "loss_function": method.objective,
         "eval_metric": "NDCG:top=10;type=Exp",
@@ -672,10 +752,17 @@ def _fit_cb(method, fold, seed, config, budget):
         "allow_writing_files": False,
         "verbose": False,
     }
-    params.update(method.opts)
-    tr, va = fold.train, fold.vali
-    t0 = time.perf_counter()
-    model = CatBoostRanker(**params).fit(pool(tr), eval_set=pool(va))
+    if host is None:
+        params.update(method.opts)
+        t0 = time.perf_counter()
+        model = CatBoostRanker(**params).fit(pool(tr), eval_set=pool(va))
+    else:
+        params.update(host.catboost_params)
+        params.update(other)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():  # CatBoost: numba cannot compile the adapter class
+            warnings.simplefilter("ignore", UserWarning)
+            model = CatBoost(params).fit(pool(tr, host.pool_label), eval_set=pool(va))
     seconds = time.perf_counter() - t0
     best, valid = _best_staged(model.staged_predict(va.X), va, 1)
     scores = model.predict(fold.test.X, ntree_end=best)

@@ -312,8 +312,10 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
                     for g in C.GRIDS[args.grid])
         + " (LightGBM lambda_l2 / min_sum_hessian_in_leaf, XGBoost lambda / min_child_weight); "
         "CatBoost: " + "; ".join(f"l2_leaf_reg={g['l2']:g}" for g in C.CB_GRIDS[args.grid])
-        + " (CatBoost's defaults otherwise: Bayesian bootstrap, rsm "
-        f"{C.COLSAMPLE}); "
+        + " (CatBoost's defaults otherwise: MVS bootstrap of 0.8, random_strength 1, each "
+        f"loss's own leaf estimation; rsm {C.COLSAMPLE}; the approx objectives, `cb:approx_*`, "
+        "through approx_gbdt.catboost_host.CatBoostObjective: plain boosting, one Newton step "
+        "per leaf, early stopping on the adapter's NDCG@10); "
         "neural: " + "; ".join(f"lr={g['lr']:g}, batch of {g['batch_queries'] or 'auto'} queries"
                                for g in C.NN_GRIDS[args.grid])
         + ". " + rivals_protocol(methods, args.grid)

@@ -43,8 +43,19 @@ def test_parse_method_names_and_options():
             C.parse_method(bad)
     m = C.parse_method("cb:YetiRank")
     assert (m.library, m.objective) == ("cb", "YetiRank")
-    with pytest.raises(ValueError):  # CatBoost cannot host the approx objectives
-        C.parse_method("cb:approx_ndcg")
+    m = C.parse_method("cb:approx_ndcg(pair_force=chord,depth=4)")  # via CatBoostObjective
+    assert C.split_options(m) == ({"pair_force": "chord"}, {"depth": 4})
+    with pytest.raises(ValueError):
+        C.parse_method("cb:rank_xendcg")
+
+
+def test_pointwise_baselines_parse_but_are_not_peers():
+    C = _load_common()
+    for name in ("lgb:regression", "xgb:reg:squarederror", "cb:RMSE"):
+        m = C.parse_method(name)
+        assert m.objective not in C.NATIVE[m.library]
+    with pytest.raises(ValueError):
+        C.parse_method("lgb:RMSE")
 
 
 def test_rival_methods_parse_and_have_four_point_grids():
@@ -128,6 +139,19 @@ def test_quality_quick_run_with_catboost(tmp_path):
 
 
 @pytest.mark.slow
+def test_quality_quick_run_hosts_approx_ndcg_and_rmse_on_catboost(tmp_path):
+    pytest.importorskip("catboost")
+    cmd = [sys.executable, str(BENCH / "quality.py"), "--quick", "--data", "generated",
+           "--methods", "lgb:approx_ndcg", "cb:approx_ndcg", "cb:RMSE", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "quality_generated.md").read_text()
+    assert "`cb:approx_ndcg`: CatBoost (oblivious trees, plain boosting) on ApproxNDCG(" in text
+    assert "`cb:RMSE`: CatBoost RMSE" in text
+    assert "Failed runs" not in text and "Grid points that failed" not in text
+
+
+@pytest.mark.slow
 def test_approximation_quick_run_writes_plots(tmp_path):
     cmd = [sys.executable, str(BENCH / "approximation.py"), "--quick", "--data", "generated",
            "--out", str(tmp_path)]
@@ -176,3 +200,35 @@ def test_hessian_parts_add_up_to_the_package_hessians():
         np.testing.assert_allclose(g, -grad, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(h, h_parts, rtol=1e-9, atol=1e-12)
     assert np.all(np.abs(T1) <= B + 1e-12) and np.all(C >= 0)
+
+
+def test_softmax_mix_gradient_and_hessian_against_autograd():
+    torch = pytest.importorskip("torch")
+    C = _load_common()
+    rng = np.random.default_rng(0)
+    sizes = [5, 1, 4, 3]  # a single-document query and one with no relevant document
+    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    s = rng.normal(size=ptr[-1])
+    y = rng.integers(0, 4, size=ptr[-1]).astype(float)
+    y[ptr[3]:ptr[4]] = 0
+    grad, hess = C._softmax_grad_hess(s, y, ptr)
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        t = torch.tensor(s[a:b], dtype=torch.float64, requires_grad=True)
+        yt = torch.tensor(y[a:b], dtype=torch.float64)
+
+        def loss(u, yt=yt):
+            return -(yt * torch.log_softmax(u, 0)).sum()
+
+        (g,) = torch.autograd.grad(loss(t), t)
+        h = torch.autograd.functional.hessian(loss, t).diagonal()
+        total = g.abs().sum().item()
+        scale = np.log2(1 + total) / total if total > 0 else 0.0
+        np.testing.assert_allclose(grad[a:b], scale * g.numpy(), atol=1e-12)
+        np.testing.assert_allclose(hess[a:b], scale * h.numpy(), atol=1e-12)
+    mix = C.make_objective("approx_ndcg", {"softmax_mix": 0.25})
+    g1, h1 = C.make_objective("approx_ndcg", {}).grad_hess(s, y, ptr)
+    g2, h2 = mix.grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g2, 0.75 * g1 + 0.25 * grad)
+    np.testing.assert_allclose(h2, 0.75 * h1 + 0.25 * hess)
+    m = C.parse_method("lgb:approx_ndcg(softmax_mix=0.5,num_leaves=7)")
+    assert C.split_options(m) == ({"softmax_mix": 0.5}, {"num_leaves": 7})
