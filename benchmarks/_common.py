@@ -4,17 +4,20 @@ Used by ``benchmarks/quality.py`` and ``benchmarks/approximation.py``; not part 
 
 Data sets (``--data``)
 ----------------------
-``mq2008``       ``../shared/data/MQ2008`` next to the repository root (LETOR 4.0, 5 folds).
+Named data sets are read from the data folder ``$APPROX_GBDT_DATA`` (by default ``shared/data``
+beside the checkout):
+
+``mq2008``       ``MQ2008`` in the data folder (LETOR 4.0, 5 folds).
 ``mq2008-small``  ``mq2008`` with each fold's training split cut to 60 queries and its
                  validation split to 20 (fixed random draws, seed = fold index), test split
                  whole: LETOR 3.0-sized training data (the neural baseline's small-data check).
 ``generated``    :func:`approx_gbdt.make_ranking` (300 queries, seed 0) cut into 5 blocks of 60
                  queries, rotated as LETOR does: fold i trains on blocks i, i+1, i+2, validates
                  on i+3 and tests on i+4 (mod 5), so every query is tested exactly once.
-``lgb-yahoo``    ``../shared/data/LightGBM-lambdarank`` (LightGBM's ``rank.train``/``rank.test``,
-                 a Yahoo! LTR sample): one fold; 20 % of the training queries (a fixed random
-                 draw, seed 0) are carved out as the validation split.
-``mslr-sample``  ``../shared/data/MSLR-rankeval-sample`` (first 5,000 lines of MSLR-WEB Fold1
+``lgb-yahoo``    ``LightGBM-lambdarank`` in the data folder (LightGBM's ``rank.train`` /
+                 ``rank.test``, a Yahoo! LTR sample): one fold; 20 % of the training queries
+                 (a fixed random draw, seed 0) are carved out as the validation split.
+``mslr-sample``  ``MSLR-rankeval-sample`` in the data folder (first 5,000 lines of MSLR-WEB Fold1
                  train and test): the last query of each file may be truncated and is dropped;
                  validation carved from train as for ``lgb-yahoo``. Too small to report numbers
                  from; a format and smoke check.
@@ -76,7 +79,8 @@ from approx_gbdt.measures import MEASURES as OBJECTIVES
 from approx_gbdt.training import fit_ranker
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+# The named data sets live in one folder: $APPROX_GBDT_DATA, or shared/data beside the checkout.
+SHARED_DATA = Path(os.environ.get("APPROX_GBDT_DATA", REPO.parent / "shared" / "data"))
 
 # ---------------------------------------------------------------------------------------------
 # Data
@@ -142,9 +146,8 @@ def _shared(name: str) -> Path:
     path = SHARED_DATA / NAMED_DATA[name]
     if not path.is_dir():
         raise SystemExit(
-            f"--data {name}: data folder not found at {path} (expected ../shared/data/"
-            f"{NAMED_DATA[name]} next to the repository root); pass --data PATH or "
-            "--data generated"
+            f"--data {name}: data folder not found at {path} (set APPROX_GBDT_DATA to the "
+            f"folder that holds {NAMED_DATA[name]}); pass --data PATH or --data generated"
         )
     return path
 

@@ -23,7 +23,7 @@ the package defaults, one model per fold.
 Usage::
 
     python benchmarks/neural_linear_qin.py                      # generated data, quick
-    python benchmarks/neural_linear_qin.py --data ../shared/data/MQ2008 --loss approx_ndcg
+    python benchmarks/neural_linear_qin.py --data path/to/MQ2008 --loss approx_ndcg
     python benchmarks/neural_linear_qin.py --data DIR --loss approx_ap --restarts 10 --out r.json
     python benchmarks/neural_linear_qin.py --data DIR --defaults --alphas 10 --restarts 1
 """

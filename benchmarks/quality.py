@@ -32,7 +32,7 @@ Examples::
     python benchmarks/quality.py --data generated
     python benchmarks/quality.py --data mq2008-small --grid none --neural   # 60 training queries
     python benchmarks/quality.py --data lgb-yahoo --seeds 5
-    python benchmarks/quality.py --data ../shared/data/MQ2008 --folds 1 --grid none
+    python benchmarks/quality.py --data path/to/MQ2008 --folds 1 --grid none
     python benchmarks/quality.py --methods default "lgb:approx_ndcg(hessian=bound)"
     python benchmarks/quality.py --methods lgb:lambdarank cb:YetiRank --seeds 1
     python benchmarks/quality.py --quick --data generated --out /tmp/q   # smoke run

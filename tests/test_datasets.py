@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import lightgbm as lgb
@@ -20,7 +21,8 @@ from approx_gbdt.datasets import (
 from approx_gbdt.metrics import evaluate, ndcg
 from approx_gbdt.utils import check_group_ptr
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(os.environ.get("APPROX_GBDT_DATA",
+                         Path(__file__).resolve().parents[2] / "shared" / "data"))
 MQ2008 = DATA / "MQ2008"
 LGB_RANK = DATA / "LightGBM-lambdarank"
 
@@ -189,7 +191,7 @@ def test_load_letor_folds_errors(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# The real data under ../shared/data (skipped when absent)
+# The real data in $APPROX_GBDT_DATA (skipped when absent)
 # ---------------------------------------------------------------------------------------------
 
 
