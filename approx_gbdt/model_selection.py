@@ -62,7 +62,7 @@ def query_order(n_rows, *, qid=None, group=None):
     ([1, 3, 0, 2], [0, 2, 4])
     """
     if (qid is None) == (group is None):
-        raise ValueError("pass exactly one of qid= (query ids) or group= (query sizes)")
+        raise ValueError("pass exactly one of group= (query sizes) or qid= (query ids)")
     if group is not None:
         return None, group_ptr_from_sizes(group, n_rows=n_rows)
     qid = np.asarray(qid)

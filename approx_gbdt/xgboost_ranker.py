@@ -13,28 +13,21 @@ import numpy as np
 import xgboost as xgb
 from sklearn.base import BaseEstimator
 
+from approx_gbdt.model_selection import query_order
 from approx_gbdt.objectives import approx_ndcg_obj
 from approx_gbdt.training import fit_ranker
-from approx_gbdt.utils import group_ptr_from_qid, group_ptr_from_sizes, group_sizes_from_ptr
+from approx_gbdt.utils import group_sizes_from_ptr
 
 __all__ = ["ApproxXGBRanker"]
 
 
 def _query_layout(n_rows, group, qid, what):
     """Row order and query sizes from ``group`` (sizes) or ``qid`` (ids; sorted stably here)."""
-    if (group is None) == (qid is None):
-        raise ValueError(f"{what}: pass exactly one of group= (query sizes) or qid= (query ids)")
-    if group is not None:
-        ptr = group_ptr_from_sizes(group, n_rows=n_rows)
-        return None, group_sizes_from_ptr(ptr)
-    qid = np.asarray(qid)
-    if qid.shape != (n_rows,):
-        raise ValueError(f"{what}: qid has shape {qid.shape}, expected ({n_rows},)")
-    order = None
-    if np.any(qid[1:] < qid[:-1]):
-        order = np.argsort(qid, kind="stable")
-        qid = qid[order]
-    return order, group_sizes_from_ptr(group_ptr_from_qid(qid))
+    try:
+        order, ptr = query_order(n_rows, qid=qid, group=group)
+    except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None
+    return order, group_sizes_from_ptr(ptr)
 
 
 def _dmatrix(X, y, group, qid, weight, what):
