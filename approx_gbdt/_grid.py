@@ -76,7 +76,7 @@ _P = 10
 _D = int(math.ceil(_T / _H))
 _CMAX = 8
 _EPS_K = (4.4e-11, 1.7e-10, 5.8e-10, 4.6e-10)  # sig, w, sig'', w^2 (see above)
-_GRID_MIN_N = 1024  # shorter queries always take the exact windowed path
+GRID_MIN_N = 1024  # shorter queries always take the exact windowed path
 _GRID_PER_DOC = 330  # cost model of ``use_grid``, in window pairs
 _GRID_PER_BOX_PAIR = 180
 
@@ -164,7 +164,7 @@ def use_grid(x, jend, n, grid_mode):
         return False
     if grid_mode > 0:
         return True
-    if n < _GRID_MIN_N:
+    if n < GRID_MIN_N:
         return False
     pairs, box_pairs = _costs(x, jend, n)
     return pairs > _GRID_PER_DOC * n + _GRID_PER_BOX_PAIR * box_pairs

@@ -9,21 +9,30 @@ The kernels are split by role:
   selected by an integer kind, and ApproxAP's coupled term).
 - ``_reference``: the exact O(n^2) loops the tests and benchmarks compare with.
 
-The scheduler here runs queries below ``par_min`` documents one per thread (per-thread work
-space allocated once per call) and longer queries one after the other with their rows split
-across threads. Every query goes through the same steps: positions, the measure's ``v`` and
+The scheduler here (``_schedule``) sorts the queries into three tiers by length: short ones
+(below ``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact windowed
+loops only; longer ones below ``par_min`` one per thread with the grid where it is cheaper; the
+longest one after the other with their rows split across threads. Each tier is a separately
+compiled function, compiled when first needed, so that a first call on data of short queries
+compiles only the short tier (seconds, not a minute). The per-thread tiers run on Python
+threads over ``nogil`` compiled code (no spinning between calls); the row split uses Numba's
+parallel loops. Every query goes through the same steps: positions, the measure's ``v`` and
 ``e``, the chain-rule sums, (for ApproxAP's exact diagonal) the off-diagonal part, and the
 combination into the gradient and Hessian of ``L = -M``. Apart from the returned gradient and
-Hessian, only the long queries allocate work space of their size per call; the sort order
-persists between calls in ``order``.
+Hessian, only per-thread work space (sized by the tier's longest query) is allocated per call;
+the sort order persists between calls in ``order``.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-from numba import config, get_num_threads, njit, prange, set_num_threads
+from numba import config, get_num_threads, njit, set_num_threads
 
 from approx_gbdt._grid import (
+    GRID_MIN_N,
     gain_classes,
     grid_chain_par,
     grid_chain_seq,
@@ -100,7 +109,7 @@ def _need_bound(mode):
     return mode == HESS_BOUND or mode == HESS_MIXED
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _positions_step(big, s, order, alpha, W, nt, gp):
     """Sort, then the positions by the grid (``_grid``) where it is cheaper than the exact
     windowed loops, else by those; returns whether the grid was used."""
@@ -119,7 +128,7 @@ def _positions_step(big, s, order, alpha, W, nt, gp):
     return grid
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _grid_chain(big, n, W, cls, ncls, need_bound, nt):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
     if big:
@@ -130,21 +139,22 @@ def _grid_chain(big, n, W, cls, ncls, need_bound, nt):
                        need_bound)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
     kernel sums there (the bound needs ``split``: a separable measure without truncation, and
     at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly."""
     if grid:
-        if not need_bound:
-            _grid_chain(big, n, W, W.jend[:0], 0, False, nt)
+        cls = W.jend[:0]
+        ncls = 0
+        if need_bound:
+            ncls = -1
+            if split:
+                cls = np.empty(n, dtype=np.int64)
+                ncls = gain_classes(gains, order, n, cls)
+        if ncls >= 0:
+            _grid_chain(big, n, W, cls, ncls, need_bound, nt)
             return
-        if split:
-            cls = np.empty(n, dtype=np.int64)
-            ncls = gain_classes(gains, order, n, cls)
-            if ncls >= 0:
-                _grid_chain(big, n, W, cls, ncls, True, nt)
-                return
     if big:
         _sorted_chain_par(n, W, need_exact, nt)
     else:
@@ -192,87 +202,225 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
 
 
 @njit(cache=True)
-def _split(group_ptr, rel_ptr, par_min, coupled):
-    """Largest query below ``par_min`` documents (at least 2) and, for a coupled measure, its
-    largest number of relevant documents."""
+def _short_query(job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
+                 normalize, grad, hess, pos, order, W):
+    """:func:`_query` for a short query on the calling thread, by the exact windowed loops
+    only (no grid, no row split), so that the common case compiles without them."""
+    n = s.shape[0]
+    _sorted_prep(s, order, alpha, W)
+    _positions_rows(n, W)
+    if job == JOB_POSITIONS:
+        _scatter(n, W.pos, order, pos)
+        return
+    separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
+    need_exact = _need_exact(mode)
+    _sorted_chain(n, W, need_exact)
+    _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, W.v[:0],
+                   wts, grad, hess)
+
+
+@njit(cache=True)
+def _short_query_ap(job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
+                    grad, hess, order, W, A, Hc):
+    """:func:`_query_ap` for a short query on the calling thread (exact windowed loops)."""
+    n = s.shape[0]
+    _sorted_prep(s, order, alpha, W)
+    _positions_rows(n, W)
+    R = ap_relevant(n, W, A, order, rel_local, beta)
+    if job == JOB_VALUE:
+        return ap_value_sum(R, A, iz)
+    ap_ve(n, R, W, A, beta, iz)
+    need_exact = _need_exact(mode)
+    _sorted_chain(n, W, need_exact)
+    off = A.off[:0]
+    if need_exact:
+        ap_offdiag(n, R, W, A, beta, iz, Hc)
+        off = A.off[:n]
+    _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off,
+                   wts, grad, hess)
+    return 0.0
+
+
+@njit(cache=True)
+def _trivial(job, inv_z, q, a, b, grad, hess):
+    """Whether query ``q`` (documents ``a:b``) needs no work: empty, or for ``JOB_GRAD`` a
+    single document or no relevant one (its gradient and Hessian are set to zero), or for
+    ``JOB_VALUE`` no relevant document."""
+    if job == JOB_GRAD and (inv_z[q] == 0.0 or b - a < 2):
+        for i in range(a, b):
+            grad[i] = 0.0
+            hess[i] = 0.0
+        return True
+    return b == a or (job == JOB_VALUE and inv_z[q] == 0.0)
+
+
+@njit(cache=True)
+def _largest(group_ptr, rel_ptr, lo, hi, coupled):
+    """Largest query of ``lo`` to ``hi - 1`` documents (at least 2) and, for a coupled
+    measure, the largest number of relevant documents of those queries."""
     m = 2
     mr = 0
     for q in range(group_ptr.shape[0] - 1):
         n = group_ptr[q + 1] - group_ptr[q]
-        if n < par_min:
-            if n > m:
-                m = n
+        if lo <= n < hi:
+            m = max(m, n)
             if coupled:
-                r = rel_ptr[q + 1] - rel_ptr[q]
-                if r > mr:
-                    mr = r
+                mr = max(mr, rel_ptr[q + 1] - rel_ptr[q])
     return m, mr
 
 
-@njit(parallel=True, cache=True)
-def _run(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
-         theta, mode, floor, constant, normalize, grad, hess, pos, out, order, par_min, nt, gp):
-    """Run ``job`` on every query. Queries with ``inv_z == 0`` get value 0 (``JOB_VALUE``);
-    they and single-document queries get zero gradient and Hessian (``JOB_GRAD``)."""
-    nq = group_ptr.shape[0] - 1
-    coupled = kind == KIND_AP
-    need_exact = job == JOB_GRAD and _need_exact(mode)
-    maxn, maxr = _split(group_ptr, rel_ptr, par_min, coupled)
-    hmax = min(maxr, _H_CACHE_MAX) if (coupled and need_exact) else 0
-    for t in prange(nt):
-        W = pair_work(maxn)
-        A = ap_work(maxn if coupled else 0)
-        Hc = np.empty((hmax, hmax))
-        for q in range(t, nq, nt):
-            a = group_ptr[q]
-            b = group_ptr[q + 1]
-            if b - a >= par_min:
-                continue
-            if job == JOB_GRAD and (inv_z[q] == 0.0 or b - a < 2):
-                for i in range(a, b):
-                    grad[i] = 0.0
-                    hess[i] = 0.0
-                continue
-            if b == a or (job == JOB_VALUE and inv_z[q] == 0.0):
-                continue
-            w_q = weights[a:b] if weights.shape[0] > 0 else weights
-            if coupled:
-                out[q] = _query_ap(job, False, s[a:b], inv_z[q],
-                                   rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
-                                   floor, constant, normalize, grad[a:b], hess[a:b],
-                                   order[a:b], W, A, Hc, nt, gp)
-            else:
-                _query(job, False, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta,
-                       theta, mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                       order[a:b], W, nt, gp)
-    for q in range(nq):
-        a = group_ptr[q]
-        b = group_ptr[q + 1]
-        n = b - a
-        if n < par_min:
-            continue
-        if job != JOB_POSITIONS and inv_z[q] == 0.0:
-            if job == JOB_GRAD:
-                grad[a:b] = 0.0
-                hess[a:b] = 0.0
-            continue
-        nr = rel_ptr[q + 1] - rel_ptr[q] if coupled else 0
-        hq = nr if (coupled and need_exact and nr <= _H_CACHE_MAX) else 0
-        w_q = weights[a:b] if weights.shape[0] > 0 else weights
-        if coupled:
-            out[q] = _query_ap(job, True, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
-                               w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
-                               hess[a:b], order[a:b], pair_work(n), ap_work(n),
-                               np.empty((hq, hq)), nt, gp)
-        else:
-            _query(job, True, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
+@njit(cache=True)
+def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
+    """``(a, b, w_q)`` of query ``q`` if it has ``lo`` to ``hi - 1`` documents and needs work
+    (see :func:`_trivial`), else ``a == b == -1``."""
+    a = group_ptr[q]
+    b = group_ptr[q + 1]
+    if not lo <= b - a < hi or _trivial(job, inv_z, q, a, b, grad, hess):
+        return -1, -1, weights
+    return a, b, weights[a:b] if weights.shape[0] > 0 else weights
+
+
+# One thread's share of a tier (see ``_schedule``): queries t, t + stride, ... of lo to hi - 1
+# documents, one at a time, with work space allocated once for the thread. The short tier's
+# blocks call ``_short_*`` (exact windowed loops only), the long tiers' call ``_query*`` (grid
+# where cheaper; rows split across ``nt`` threads when ``big``): separate functions, so that
+# the short tier compiles without the grid. Flags reach the compiled functions as arguments,
+# never as constants in a call: Numba compiles one specialisation per literal argument value.
+
+@njit(nogil=True, cache=True)
+def _short_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
+                 mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
+    W = pair_work(_largest(group_ptr, group_ptr, lo, hi, False)[0])
+    for q in range(t, group_ptr.shape[0] - 1, stride):
+        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+        if a >= 0:
+            _short_query(job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
+                         mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
+                         order[a:b], W)
+
+
+@njit(nogil=True, cache=True)
+def _long_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
+                theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, big, nt,
+                gp):
+    W = pair_work(_largest(group_ptr, group_ptr, lo, hi, False)[0])
+    for q in range(t, group_ptr.shape[0] - 1, stride):
+        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+        if a >= 0:
+            _query(job, big, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
                    mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                   order[a:b], pair_work(n), nt, gp)
+                   order[a:b], W, nt, gp)
+
+
+@njit(cache=True)
+def _ap_space(job, mode, group_ptr, rel_ptr, lo, hi):
+    """One thread's ApproxAP work space for the queries of ``lo`` to ``hi - 1`` documents."""
+    maxn, maxr = _largest(group_ptr, rel_ptr, lo, hi, True)
+    hmax = min(maxr, _H_CACHE_MAX) if (job == JOB_GRAD and _need_exact(mode)) else 0
+    return pair_work(maxn), ap_work(maxn), np.empty((hmax, hmax))
+
+
+@njit(nogil=True, cache=True)
+def _short_block_ap(t, stride, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+                    mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
+    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, lo, hi)
+    for q in range(t, group_ptr.shape[0] - 1, stride):
+        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+        if a >= 0:
+            out[q] = _short_query_ap(job, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
+                                     w_q, alpha, beta, mode, floor, constant, normalize,
+                                     grad[a:b], hess[a:b], order[a:b], W, A, Hc)
+
+
+@njit(nogil=True, cache=True)
+def _long_block_ap(t, stride, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+                   mode, floor, constant, normalize, grad, hess, out, order, lo, hi, big, nt,
+                   gp):
+    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, lo, hi)
+    for q in range(t, group_ptr.shape[0] - 1, stride):
+        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+        if a >= 0:
+            out[q] = _query_ap(job, big, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
+                               w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
+                               hess[a:b], order[a:b], W, A, Hc, nt, gp)
+
+
+def _on_threads(block, nt, *args):
+    """Run ``block(t, nt, *args)`` for ``t = 0..nt-1``, each on its own thread (the calling
+    thread takes ``t = 0``). ``block`` is compiled with ``nogil=True``: the threads run the
+    compiled code in parallel, and they wait without spinning."""
+    if nt == 1:
+        block(0, 1, *args)
+        return
+    futures = [_pool(nt).submit(block, t, nt, *args) for t in range(1, nt)]
+    try:
+        block(0, nt, *args)
+    finally:
+        for f in futures:
+            f.result()
+
+
+_POOL = {}  # the thread pool of this process (pid -> executor)
+
+
+def _pool(nt):
+    """The process's thread pool for :func:`_on_threads`, grown to ``nt - 1`` workers. A
+    forked child makes its own (its parent's worker threads do not exist in it)."""
+    pid = os.getpid()
+    pool = _POOL.get(pid)
+    if pool is None or pool._max_workers < nt - 1:
+        if pool is not None:
+            pool.shutdown(wait=True)
+        _POOL.clear()
+        pool = _POOL[pid] = ThreadPoolExecutor(max_workers=nt - 1,
+                                               thread_name_prefix="approx_gbdt")
+    return pool
 
 
 _GRID_AUTO = 0  # grid_mode: the grid path (``_grid``) where it is cheaper
 _NO_REL = np.zeros(1, dtype=np.int64)
 _EMPTY = np.empty(0)
+
+
+def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
+              theta, mode, floor, constant, normalize, grad, hess, pos, out, order, par_min, nt,
+              grid_mode):
+    """Run ``job`` on every query, in three tiers by length ``n``:
+
+    - ``n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query per
+      thread by the exact windowed loops (:func:`_short_query`);
+    - ``short <= n < par_min``: one query per thread, grid where it is cheaper (:func:`_query`);
+    - ``n >= par_min``: one query after the other, rows split across the threads.
+
+    The tiers are separately compiled functions, compiled on first use: data without long
+    queries never compiles the grid and the row-split loops. Queries with ``inv_z == 0`` get
+    value 0 (``JOB_VALUE``); they and single-document queries get zero gradient and Hessian
+    (``JOB_GRAD``).
+    """
+    if group_ptr.shape[0] < 2:
+        return
+    sizes = np.diff(group_ptr)
+    if grid_mode > 0:
+        short = 0  # the grid forced (tests): no query takes the short tier
+    else:
+        short = par_min if grid_mode < 0 else min(par_min, GRID_MIN_N)
+    coupled = kind == KIND_AP
+    if coupled:
+        short_block, long_block = _short_block_ap, _long_block_ap
+        args = (job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta, mode, floor,
+                constant, normalize, grad, hess, out, order)
+    else:
+        short_block, long_block = _short_block, _long_block
+        args = (job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta, mode,
+                floor, constant, normalize, grad, hess, pos, order)
+    split = max(par_min, short)
+    end = int(sizes.max()) + 1
+    if np.any(sizes < short):
+        _on_threads(short_block, nt, *args, 0, short)
+    if np.any((sizes >= short) & (sizes < split)):
+        _on_threads(long_block, nt, *args, short, split, False, 1, grid_mode)
+    if end > split:
+        long_block(0, 1, *args, split, end, True, nt, grid_mode)
 
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
@@ -300,9 +448,9 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     nt = prev if n_threads is None else max(1, min(int(n_threads), config.NUMBA_NUM_THREADS))
     set_num_threads(nt)
     try:
-        _run(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k,
-             beta, theta, mode, floor, constant, normalize, grad, hess, s[:0], np.zeros(nq),
-             order, par_min, nt, grid_mode)
+        _schedule(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind,
+                  k, beta, theta, mode, floor, constant, normalize, grad, hess, s[:0],
+                  np.zeros(nq), order, par_min, nt, grid_mode)
     finally:
         set_num_threads(prev)
 
@@ -311,9 +459,9 @@ def smoothed_positions(s, group_ptr, alpha, pos):
     """Fill ``pos`` with ``pos^_i = 1 + sum_{j != i} sig(alpha (s_j - s_i))`` per query."""
     nq = group_ptr.shape[0] - 1
     order = np.full(s.shape[0], -1, dtype=np.int32)
-    _run(JOB_POSITIONS, s, s[:0], _EMPTY, _NO_REL, _NO_REL, group_ptr, _EMPTY, alpha, TERM_LOG,
-         0, 1.0, 0.0, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], pos, np.zeros(nq), order,
-         _PAR_MIN, get_num_threads(), _GRID_AUTO)
+    _schedule(JOB_POSITIONS, s, s[:0], _EMPTY, _NO_REL, _NO_REL, group_ptr, _EMPTY, alpha,
+              TERM_LOG, 0, 1.0, 0.0, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], pos,
+              np.zeros(nq), order, _PAR_MIN, get_num_threads(), _GRID_AUTO)
 
 
 def value(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, alpha, kind, k, beta, theta):
@@ -326,9 +474,9 @@ def value(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, alpha, kind, k, beta, th
         return separable_value(gains, inv_z, group_ptr, kind, k, beta, theta, pos)
     out = np.zeros(nq)
     order = np.full(s.shape[0], -1, dtype=np.int32)
-    _run(JOB_VALUE, s, s[:0], inv_z, rel_idx, rel_ptr, group_ptr, _EMPTY, alpha, kind, 0, beta,
-         theta, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], s[:0], out, order, _PAR_MIN,
-         get_num_threads(), _GRID_AUTO)
+    _schedule(JOB_VALUE, s, s[:0], inv_z, rel_idx, rel_ptr, group_ptr, _EMPTY, alpha, kind, 0,
+              beta, theta, HESS_BOUND, 0.1, 1.0, False, s[:0], s[:0], s[:0], out, order,
+              _PAR_MIN, get_num_threads(), _GRID_AUTO)
     return out
 
 

@@ -32,9 +32,9 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from approx_gbdt._pairs import _FM, _sig_pair, _window_starts, _windows
+from approx_gbdt._pairs import _FM, _sig_pair, _window_starts, _windows, argsort_desc
 
 TERM_LOG = 0
 TERM_RECIP = 1
@@ -86,18 +86,24 @@ def _exact_denominator(kind, rank, theta):
     return 1.0
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def ideal_value(gains, group_ptr, kind, k, theta):
     """Exact best value of ``sum_r g_(r) base(r)`` per query (gains sorted descending, ranks
     ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``."""
     nq = group_ptr.shape[0] - 1
     out = np.zeros(nq)
-    for q in prange(nq):
-        g = np.sort(gains[group_ptr[q]:group_ptr[q + 1]])[::-1]
+    longest = 0
+    for q in range(nq):
+        longest = max(longest, group_ptr[q + 1] - group_ptr[q])
+    idx = np.empty(longest, dtype=np.int64)
+    for q in range(nq):
+        g = gains[group_ptr[q]:group_ptr[q + 1]]
+        o = idx[:g.shape[0]]
+        argsort_desc(g, o)
         m = g.shape[0] if k <= 0 else min(k, g.shape[0])
         acc = 0.0
         for r in range(m):
-            acc += g[r] / _exact_denominator(kind, r + 1.0, theta)
+            acc += g[o[r]] / _exact_denominator(kind, r + 1.0, theta)
         out[q] = acc
     return out
 
@@ -116,12 +122,12 @@ def separable_ve(n, W, gains, order, iz, kind, k, beta, theta):
             W.e[r] = gr * f2 * iz
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def separable_value(gains, inv_z, group_ptr, kind, k, beta, theta, pos):
     """Per-query ``inv_z sum_i g_i t(pos^_i)``; 0 where ``inv_z == 0``."""
     nq = group_ptr.shape[0] - 1
     out = np.zeros(nq)
-    for q in prange(nq):
+    for q in range(nq):
         if inv_z[q] == 0.0:
             continue
         acc = 0.0

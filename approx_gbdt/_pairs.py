@@ -157,9 +157,40 @@ def _sort_desc(s, order):
             ok = False
             break
     if not ok:
-        idx = np.argsort(-s, kind="mergesort")
+        argsort_desc(s, order)
+
+
+@njit(cache=True)
+def argsort_desc(s, out):
+    """Fill ``out`` with the indices of ``s`` by descending value, ties in index order (a
+    stable bottom-up merge sort, O(n log n); the same order as
+    ``np.argsort(-s, kind="stable")`` for finite ``s``, at a fraction of its compile time)."""
+    n = s.shape[0]
+    for i in range(n):
+        out[i] = i
+    src = out
+    dst = np.empty_like(out)
+    passes = 0
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i = lo
+            j = mid
+            for o in range(lo, hi):
+                if j >= hi or (i < mid and s[src[i]] >= s[src[j]]):
+                    dst[o] = src[i]
+                    i += 1
+                else:
+                    dst[o] = src[j]
+                    j += 1
+        src, dst = dst, src
+        passes += 1
+        width *= 2
+    if passes % 2 == 1:  # the result is in the buffer
         for i in range(n):
-            order[i] = idx[i]
+            out[i] = src[i]
 
 
 @njit(cache=True)

@@ -189,3 +189,50 @@ def test_values_and_positions(spread):
     for obj in [ApproxNDCG(), ApproxNDCG(k=3), ApproxAP()]:
         v0 = obj._reference_value(s, y, ptr)
         np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("mode", ["mixed", "bound"])
+def test_all_tiers_in_one_call(mode):
+    # short queries (exact loops), one of the middle tier (grid where cheaper, one thread) and
+    # one above par_min (rows split), with weights, in one call
+    rng = np.random.default_rng(23)
+    sizes = np.array([1, 2, 40, 700, 1500, K._PAR_MIN + 500])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    s = rng.normal(size=n)
+    y = (rng.random(n) < 0.3) * rng.integers(1, 5, n).astype(float)
+    w = rng.uniform(0.5, 2.0, n)
+    _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, w=w)
+    r = (rng.random(n) < 0.01).astype(float)  # ApproxAP's exact reference costs O(n R^2)
+    r[ptr[2]] = 1.0
+    _compare(ApproxAP(hessian=mode), s, r, ptr, mode, w=w)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 1000])
+def test_argsort_desc_is_a_stable_argsort(n):
+    from approx_gbdt._pairs import argsort_desc
+
+    rng = np.random.default_rng(n)
+    for s in (rng.normal(size=n), rng.integers(0, 3, n).astype(float), np.zeros(n)):
+        out = np.empty(n, dtype=np.int32)
+        argsort_desc(s, out)
+        np.testing.assert_array_equal(out, np.argsort(-s, kind="stable"))
+
+
+def _grad_in_child(args):
+    obj, s, y, ptr = args
+    return obj.grad_hess(s, y, ptr)[0]
+
+
+def test_forked_child_computes_with_its_own_threads():
+    # a child forked after the parent used the kernels' thread pool gets a pool of its own
+    # (the parent's worker threads do not exist in it): same gradients, no hang
+    import multiprocessing
+
+    s, y, ptr = _data(3, nq=40)
+    obj = ApproxNDCG()
+    g0 = obj.grad_hess(s, y, ptr, hessian=None)[0]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        out = pool.map_async(_grad_in_child, [(obj, s, y, ptr)] * 2).get(timeout=300)
+    for g in out:
+        np.testing.assert_array_equal(g, g0)
