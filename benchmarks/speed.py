@@ -1,9 +1,10 @@
-"""Speed of the ApproxNDCG / ApproxAP objectives (issue 6).
+"""Speed of the ApproxNDCG / ApproxAP objectives.
 
-    python benchmarks/speed.py            # full run (~15 min on 2 cores)
+    python benchmarks/speed.py            # full run (~25 min on 2 cores)
     python benchmarks/speed.py --quick    # smoke run
 
-Writes benchmarks/results/speed.md (or speed_quick.md) and speed_throughput.png:
+Writes benchmarks/results/speed.md (or speed_quick.md), speed_throughput.png and
+speed_lengths.png:
 
 1. Kernel throughput (ordered pairs n (n - 1) per second, gradient + Hessian) for list sizes
    10 .. 100,000 at a fixed total number of documents: fast kernel (default), exact reference
@@ -14,7 +15,9 @@ Writes benchmarks/results/speed.md (or speed_quick.md) and speed_throughput.png:
 3. Seconds per boosting iteration and peak memory (each training in its own process) against
    LightGBM lambdarank and XGBoost rank:ndcg, light-tree and MSLR-scale settings.
 4. Seconds per boosting iteration against list length (10 .. 10,000 documents per query, fixed
-   total): LightGBM lambdarank and XGBoost rank:ndcg beside approx_ndcg_obj and approx_ap_obj.
+   total): LightGBM lambdarank and XGBoost rank:ndcg beside approx_ndcg_obj and approx_ap_obj,
+   with one and two threads, on a quiet machine and on a busy one (a second CPU-bound process
+   running on the same cores during the training), plotted log-log.
 """
 
 from __future__ import annotations
@@ -297,7 +300,7 @@ def _setting(name):
     return SETTINGS[name]
 
 
-def train_one(setting, lib, objective, iters):
+def train_one(setting, lib, objective, iters, threads=2):
     st = _setting(setting)
     X, y, sizes = make_data(st["n_queries"], st["size_range"], st["n_features"])
     import lightgbm as lgb
@@ -316,9 +319,11 @@ def train_one(setting, lib, objective, iters):
     t_data = _status_mb("VmRSS")
     times = []
     if lib == "lightgbm":
-        ds = lgb.Dataset(X, y, group=sizes, params={"max_bin": st["max_bin"], "verbose": -1})
+        # num_threads in the Dataset's parameters, as lgb.train puts it: the objective reads it
+        ds = lgb.Dataset(X, y, group=sizes, params={"max_bin": st["max_bin"], "verbose": -1,
+                                                     "num_threads": threads})
         params = {"num_leaves": st["leaves"], "learning_rate": 0.1, "verbose": -1,
-                  "max_bin": st["max_bin"], "min_data_in_leaf": 20, "num_threads": 2,
+                  "max_bin": st["max_bin"], "min_data_in_leaf": 20, "num_threads": threads,
                   "objective": "lambdarank" if objective == "native" else "none"}
         booster = lgb.Booster(params, ds)
         for _ in range(iters):
@@ -326,41 +331,65 @@ def train_one(setting, lib, objective, iters):
             booster.update(fobj=obj)
             times.append(time.perf_counter() - t0)
     else:
-        dm = xgb.DMatrix(X, y, group=sizes, nthread=2)
+        dm = xgb.DMatrix(X, y, group=sizes, nthread=threads)
         params = {"tree_method": "hist", "grow_policy": "lossguide", "max_leaves": st["leaves"],
-                  "max_depth": 0, "max_bin": st["max_bin"], "eta": 0.1, "nthread": 2,
+                  "max_depth": 0, "max_bin": st["max_bin"], "eta": 0.1, "nthread": threads,
                   "objective": "rank:ndcg" if objective == "native" else "reg:squarederror"}
         booster = xgb.Booster(params, [dm])
-        for i in range(iters):
-            t0 = time.perf_counter()
-            booster.update(dm, i, fobj=obj)
-            times.append(time.perf_counter() - t0)
+        with xgb.config_context(nthread=threads):  # what reaches a custom objective
+            for i in range(iters):
+                t0 = time.perf_counter()
+                booster.update(dm, i, fobj=obj)
+                times.append(time.perf_counter() - t0)
     rss = _status_mb("VmHWM")
     # the first iteration includes one-off work (bin mappers, numba compile cache load, ...)
     steady = times[1:] if len(times) > 1 else times
     return {"setting": setting, "lib": lib, "objective": objective,
             "sec_per_iter": float(np.median(steady)), "first_iter": times[0],
             "peak_rss_mb": rss, "rss_after_data_mb": t_data, "peak_reset": reset,
-            "docs": int(sizes.sum())}
+            "docs": int(sizes.sum()), "threads": threads}
 
 
 LENGTH_OBJECTIVES = ("native", "approx_ndcg_obj", "approx_ap_obj")
 
 
-def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj")):
+def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), threads=2,
+                   busy=False):
+    """Each training in its own process; ``busy``: a second CPU-bound process runs on the same
+    cores while it trains."""
     rows = []
     for setting in settings:
         for lib in ["lightgbm", "xgboost"]:
             for objective in objectives:
                 cmd = [sys.executable, __file__, "--train-one", setting, lib, objective,
-                       str(iters)]
-                out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                       str(iters), str(threads)]
+                burner = (subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                          if busy else None)
+                try:
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                finally:
+                    if burner is not None:
+                        burner.kill()
+                        burner.wait()
                 if out.returncode != 0:
                     print(out.stderr[-2000:], flush=True)
                     continue
                 row = json.loads(out.stdout.strip().splitlines()[-1])
+                row["busy"] = busy
                 rows.append(row)
                 print(row, flush=True)
+    return rows
+
+
+# one and two threads, quiet and busy (section 4)
+LENGTH_VARIANTS = ((2, False), (1, False), (2, True), (1, True))
+
+
+def bench_lengths(total, iters, lengths=(10, 100, 1000, 10_000)):
+    rows = []
+    for threads, busy in LENGTH_VARIANTS:
+        rows += bench_training([f"len:{p}:{total}" for p in lengths], iters, LENGTH_OBJECTIVES,
+                               threads=threads, busy=busy)
     return rows
 
 
@@ -437,29 +466,37 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
     if lengths:
         total = lengths[0]["docs"]
         L.append("## 4. Seconds per boosting iteration against list length\n")
-        L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63, 2 threads; "
-                 "native = LightGBM lambdarank / XGBoost rank:ndcg. Ratios to native in "
-                 "brackets.\n")
+        L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63; native = "
+                 "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
+                 "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
+                 "CPU-bound process (a Python busy loop) runs on the same cores during the "
+                 "training. Ratios to native in brackets. Target: approx_ndcg_obj and "
+                 "approx_ap_obj <= 1.0x native in every row. Plot: "
+                 f"[{os.path.basename(path)[:-3]}_lengths.png]"
+                 f"({os.path.basename(path)[:-3]}_lengths.png).\n")
         objs = ["native", "approx_ndcg_obj", "approx_ap_obj"]
-        L.append("| docs per query | queries | library | " + " | ".join(objs) + " |")
-        L.append("|---|---|---|" + "---|" * len(objs))
-        by = {(r["setting"], r["lib"], r["objective"]): r for r in lengths}
-        for setting in dict.fromkeys(r["setting"] for r in lengths):
-            per = int(setting.split(":")[1])
-            for lib in ["lightgbm", "xgboost"]:
-                nat = by.get((setting, lib, "native"))
-                cells = []
-                for o in objs:
-                    r = by.get((setting, lib, o))
-                    if r is None:
-                        cells.append("n/a")
-                        continue
-                    c = f"{r['sec_per_iter'] * 1e3:.1f} ms"
-                    if nat and o != "native":
-                        c += f" ({r['sec_per_iter'] / nat['sec_per_iter']:.2f}x)"
-                    cells.append(c)
-                L.append(f"| {per} | {max(1, total // per)} | {lib} | " + " | ".join(cells)
-                         + " |")
+        L.append("| docs per query | queries | library | threads | machine | "
+                 + " | ".join(objs) + " |")
+        L.append("|---|---|---|---|---|" + "---|" * len(objs))
+        by = {(r["setting"], r["lib"], r["objective"], r["threads"], r["busy"]): r
+              for r in lengths}
+        for threads, busy in LENGTH_VARIANTS:
+            for setting in dict.fromkeys(r["setting"] for r in lengths):
+                per = int(setting.split(":")[1])
+                for lib in ["lightgbm", "xgboost"]:
+                    nat = by.get((setting, lib, "native", threads, busy))
+                    cells = []
+                    for o in objs:
+                        r = by.get((setting, lib, o, threads, busy))
+                        if r is None:
+                            cells.append("n/a")
+                            continue
+                        c = f"{r['sec_per_iter'] * 1e3:.1f} ms"
+                        if nat and o != "native":
+                            c += f" ({r['sec_per_iter'] / nat['sec_per_iter']:.2f}x)"
+                        cells.append(c)
+                    L.append(f"| {per} | {max(1, total // per)} | {lib} | {threads} | "
+                             f"{'busy' if busy else 'quiet'} | " + " | ".join(cells) + " |")
         L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
@@ -488,15 +525,45 @@ def plot(path, kernels):
     fig.savefig(path, dpi=120)
 
 
+def plot_lengths(path, lengths):
+    """Seconds per iteration against documents per query, log-log: one panel per library,
+    one colour per objective, one line style per thread count and machine state."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    colours = {"native": "k", "approx_ndcg_obj": "C0", "approx_ap_obj": "C1"}
+    styles = {(2, False): "-", (1, False): "--", (2, True): ":", (1, True): "-."}
+    for ax, lib in zip(axes, ["lightgbm", "xgboost"]):
+        for (threads, busy), ls in styles.items():
+            for obj, colour in colours.items():
+                pts = sorted((int(r["setting"].split(":")[1]), r["sec_per_iter"])
+                             for r in lengths if r["lib"] == lib and r["objective"] == obj
+                             and r["threads"] == threads and r["busy"] == busy)
+                if pts:
+                    label = f"{obj}, {threads} thr, {'busy' if busy else 'quiet'}"
+                    ax.plot(*zip(*pts), ls, color=colour, marker="o", ms=3, label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{lib} (native: {'lambdarank' if lib == 'lightgbm' else 'rank:ndcg'})")
+        ax.set_xlabel("documents per query")
+    axes[0].set_ylabel("seconds per boosting iteration")
+    axes[1].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run (small sizes)")
-    ap.add_argument("--train-one", nargs=4, metavar=("SETTING", "LIB", "OBJ", "ITERS"))
+    ap.add_argument("--train-one", nargs=5, metavar=("SETTING", "LIB", "OBJ", "ITERS", "THREADS"))
     ap.add_argument("--skip-training", action="store_true")
     args = ap.parse_args()
     if args.train_one:
-        setting, lib, objective, iters = args.train_one
-        print(json.dumps(train_one(setting, lib, objective, int(iters))))
+        setting, lib, objective, iters, threads = args.train_one
+        print(json.dumps(train_one(setting, lib, objective, int(iters), int(threads))))
         return
     t0 = time.time()
     load0 = os.getloadavg()[0]
@@ -506,20 +573,20 @@ def main():
         kernels = bench_kernels(20_000, [10, 100, 1000, 10_000], True)
         huge = bench_huge(20_000) + bench_huge(200_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light-quick", "mslr-quick"], 6)
-        lengths = [] if args.skip_training else bench_training(
-            [f"len:{p}:20000" for p in (10, 100, 1000, 10_000)], 4, LENGTH_OBJECTIVES)
+        lengths = [] if args.skip_training else bench_lengths(20_000, 4)
         name = "speed_quick"
     else:
         kernels = bench_kernels(100_000, [10, 100, 1000, 10_000, 100_000], False)
         huge = bench_huge(100_000) + bench_huge(1_000_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light", "mslr"], 8)
-        lengths = [] if args.skip_training else bench_training(
-            [f"len:{p}:100000" for p in (10, 100, 1000, 10_000)], 6, LENGTH_OBJECTIVES)
+        lengths = [] if args.skip_training else bench_lengths(100_000, 6)
         name = "speed"
     os.makedirs(RESULTS, exist_ok=True)
     write_report(os.path.join(RESULTS, name + ".md"), cmd, kernels, huge, training,
                  time.time() - t0, (load0, os.getloadavg()[0]), lengths)
     plot(os.path.join(RESULTS, name + "_throughput.png"), kernels)
+    if lengths:
+        plot_lengths(os.path.join(RESULTS, name + "_lengths.png"), lengths)
 
 
 if __name__ == "__main__":
