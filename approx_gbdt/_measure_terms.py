@@ -95,7 +95,7 @@ def ideal_value(gains, group_ptr, kind, k, theta):
     longest = 0
     for q in range(nq):
         longest = max(longest, group_ptr[q + 1] - group_ptr[q])
-    idx = np.empty(longest, dtype=np.int64)
+    idx = np.empty(longest, dtype=np.int32)
     for q in range(nq):
         g = gains[group_ptr[q]:group_ptr[q + 1]]
         o = idx[:g.shape[0]]

@@ -41,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from approx_gbdt._pairs import argsort_desc
 from approx_gbdt.hosts import host_data
 from approx_gbdt.utils import MAX_GRADED_LABEL, check_group_ptr
 
@@ -64,51 +65,57 @@ _UNDEFINED = ("exclude", "one", "zero")
 
 
 # --------------------------------------------------------------------------------------------
-# Numba kernels: one query per prange iteration, float64 throughout.
+# Numba kernels, float64 throughout: the sort (O(n log n)) one query per prange iteration, the
+# measures' sums over the ranked labels (O(n)) on one thread.
 # --------------------------------------------------------------------------------------------
 
 
 @njit(parallel=True, cache=True)
 def _ranked_labels(scores, labels, group_ptr, worst):
-    """Labels rearranged, within each query, into rank order (descending score)."""
+    """Labels rearranged, within each query, into rank order (descending score; ties by
+    ascending label when ``worst``, else in input order)."""
     out = np.empty_like(labels)
     for q in prange(group_ptr.size - 1):
         a = group_ptr[q]
         b = group_ptr[q + 1]
         s = scores[a:b]
         y = labels[a:b]
+        order = np.empty(b - a, dtype=np.int32)
         if worst:
-            by_label = np.argsort(y, kind="mergesort")
-            order = by_label[np.argsort(-s[by_label], kind="mergesort")]
+            by_label = np.empty(b - a, dtype=np.int32)
+            argsort_desc(-y, by_label)  # ascending label, stable
+            argsort_desc(s[by_label], order)
+            order = by_label[order]
         else:
-            order = np.argsort(-s, kind="mergesort")
+            argsort_desc(s, order)
         out[a:b] = y[order]
     return out
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _ndcg_kernel(ranked, group_ptr, k):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
-    for q in prange(n_queries):
+    for q in range(n_queries):
         a = group_ptr[q]
         b = group_ptr[q + 1]
-        ideal = np.sort(ranked[a:b])[::-1]
+        ideal_order = np.empty(b - a, dtype=np.int32)
+        argsort_desc(ranked[a:b], ideal_order)
         dcg = 0.0
         idcg = 0.0
         for i in range(min(k, b - a)):
             discount = 1.0 / np.log2(i + 2.0)
             dcg += (2.0 ** ranked[a + i] - 1.0) * discount
-            idcg += (2.0 ** ideal[i] - 1.0) * discount
+            idcg += (2.0 ** ranked[a + ideal_order[i]] - 1.0) * discount
         out[q] = dcg / idcg if idcg > 0.0 else np.nan
     return out
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _ap_kernel(ranked, group_ptr, k, threshold):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
-    for q in prange(n_queries):
+    for q in range(n_queries):
         a = group_ptr[q]
         b = group_ptr[q + 1]
         n_rel = 0
@@ -125,13 +132,13 @@ def _ap_kernel(ranked, group_ptr, k, threshold):
     return out
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _top_k_hits(ranked, group_ptr, k, threshold):
     """Per query: relevant documents in the top ``k`` of the ranked labels, and in all."""
     n_queries = group_ptr.size - 1
     hits = np.zeros(n_queries)
     n_rel = np.zeros(n_queries)
-    for q in prange(n_queries):
+    for q in range(n_queries):
         a = group_ptr[q]
         b = group_ptr[q + 1]
         for i in range(b - a):
@@ -152,11 +159,11 @@ def _recall_kernel(ranked, group_ptr, k, threshold):
     return np.divide(hits, n_rel, out=np.full(hits.shape, np.nan), where=n_rel > 0)
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _rbp_kernel(ranked, group_ptr, persistence, threshold):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
-    for q in prange(n_queries):
+    for q in range(n_queries):
         a = group_ptr[q]
         b = group_ptr[q + 1]
         n_rel = 0
@@ -171,11 +178,11 @@ def _rbp_kernel(ranked, group_ptr, persistence, threshold):
     return out
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _mrr_kernel(ranked, group_ptr, threshold):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
-    for q in prange(n_queries):
+    for q in range(n_queries):
         a = group_ptr[q]
         b = group_ptr[q + 1]
         out[q] = np.nan
