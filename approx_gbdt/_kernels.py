@@ -19,14 +19,16 @@ threads over ``nogil`` compiled code (no spinning between calls); the row split 
 parallel loops. Every query goes through the same steps: positions, the measure's ``v`` and
 ``e``, the chain-rule sums, (for ApproxAP's exact diagonal) the off-diagonal part, and the
 combination into the gradient and Hessian of ``L = -M``. Apart from the returned gradient and
-Hessian, only per-thread work space (sized by the tier's longest query) is allocated per call;
-the sort order persists between calls in ``order``.
+Hessian, each thread allocates its work space once per call (sized by its tier's longest
+query), and only the queries of the longest tier allocate more of their size (the row split's
+per-thread sums, the grid's class labels); the sort order persists between calls in ``order``.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 from numba import config, get_num_threads, njit, set_num_threads
@@ -190,8 +192,9 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
         return ap_value_sum(R, A, iz)
     ap_ve(n, R, W, A, beta, iz)
     need_exact = _need_exact(mode)
-    # ApproxAP's v is coupled (not monotone within a class): its bound stays exact
-    _chain_step(big, grid, n, W, need_exact, _need_bound(mode), False, W.v, order, nt)
+    # ApproxAP's v is coupled (not monotone within a class): its bound stays exact. (``n < 0``
+    # is False as a run-time value: a literal False would compile _chain_step once more.)
+    _chain_step(big, grid, n, W, need_exact, _need_bound(mode), n < 0, W.v, order, nt)
     off = A.off[:0]
     if need_exact:
         ap_offdiag(n, R, W, A, beta, iz, Hc)
@@ -255,17 +258,16 @@ def _trivial(job, inv_z, q, a, b, grad, hess):
 
 
 @njit(cache=True)
-def _largest(group_ptr, rel_ptr, lo, hi, coupled):
-    """Largest query of ``lo`` to ``hi - 1`` documents (at least 2) and, for a coupled
-    measure, the largest number of relevant documents of those queries."""
+def _largest(group_ptr, rel_ptr, lo, hi):
+    """Largest query of ``lo`` to ``hi - 1`` documents (at least 2) and the largest span of
+    ``rel_ptr`` (ApproxAP's relevant documents) over those queries; callers without relevant
+    lists pass ``group_ptr`` and ignore the second value."""
     m = 2
     mr = 0
     for q in range(group_ptr.shape[0] - 1):
-        n = group_ptr[q + 1] - group_ptr[q]
-        if lo <= n < hi:
-            m = max(m, n)
-            if coupled:
-                mr = max(mr, rel_ptr[q + 1] - rel_ptr[q])
+        if lo <= group_ptr[q + 1] - group_ptr[q] < hi:
+            m = max(m, group_ptr[q + 1] - group_ptr[q])
+            mr = max(mr, rel_ptr[q + 1] - rel_ptr[q])
     return m, mr
 
 
@@ -290,7 +292,7 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 @njit(nogil=True, cache=True)
 def _short_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
                  mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
-    W = pair_work(_largest(group_ptr, group_ptr, lo, hi, False)[0])
+    W = pair_work(_largest(group_ptr, group_ptr, lo, hi)[0])
     for q in range(t, group_ptr.shape[0] - 1, stride):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
@@ -303,7 +305,7 @@ def _short_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kin
 def _long_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                 theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, big, nt,
                 gp):
-    W = pair_work(_largest(group_ptr, group_ptr, lo, hi, False)[0])
+    W = pair_work(_largest(group_ptr, group_ptr, lo, hi)[0])
     for q in range(t, group_ptr.shape[0] - 1, stride):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
@@ -315,7 +317,7 @@ def _long_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind
 @njit(cache=True)
 def _ap_space(job, mode, group_ptr, rel_ptr, lo, hi):
     """One thread's ApproxAP work space for the queries of ``lo`` to ``hi - 1`` documents."""
-    maxn, maxr = _largest(group_ptr, rel_ptr, lo, hi, True)
+    maxn, maxr = _largest(group_ptr, rel_ptr, lo, hi)
     hmax = min(maxr, _H_CACHE_MAX) if (job == JOB_GRAD and _need_exact(mode)) else 0
     return pair_work(maxn), ap_work(maxn), np.empty((hmax, hmax))
 
@@ -348,33 +350,39 @@ def _long_block_ap(t, stride, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weight
 def _on_threads(block, nt, *args):
     """Run ``block(t, nt, *args)`` for ``t = 0..nt-1``, each on its own thread (the calling
     thread takes ``t = 0``). ``block`` is compiled with ``nogil=True``: the threads run the
-    compiled code in parallel, and they wait without spinning."""
+    compiled code in parallel, and they wait without spinning. Every thread has finished when
+    this returns or raises (the first error is raised)."""
     if nt == 1:
         block(0, 1, *args)
         return
-    futures = [_pool(nt).submit(block, t, nt, *args) for t in range(1, nt)]
+    pool = _pool()
+    futures = []
     try:
+        for t in range(1, nt):
+            futures.append(pool.submit(block, t, nt, *args))
         block(0, nt, *args)
     finally:
-        for f in futures:
-            f.result()
+        wait(futures)
+    for f in futures:
+        f.result()
 
 
-_POOL = {}  # the thread pool of this process (pid -> executor)
+_POOL = {}  # pid -> the thread pool of that process
+_POOL_LOCK = threading.Lock()
+_SPLIT_LOCK = threading.Lock()
 
 
-def _pool(nt):
-    """The process's thread pool for :func:`_on_threads`, grown to ``nt - 1`` workers. A
-    forked child makes its own (its parent's worker threads do not exist in it)."""
+def _pool():
+    """The process's thread pool for :func:`_on_threads`: ``NUMBA_NUM_THREADS - 1`` workers,
+    the most a call uses (its threads start when first needed). A forked child makes its own
+    (its parent's worker threads do not exist in it)."""
     pid = os.getpid()
-    pool = _POOL.get(pid)
-    if pool is None or pool._max_workers < nt - 1:
-        if pool is not None:
-            pool.shutdown(wait=True)
-        _POOL.clear()
-        pool = _POOL[pid] = ThreadPoolExecutor(max_workers=nt - 1,
-                                               thread_name_prefix="approx_gbdt")
-    return pool
+    with _POOL_LOCK:
+        if pid not in _POOL:
+            _POOL.clear()
+            _POOL[pid] = ThreadPoolExecutor(max_workers=max(1, config.NUMBA_NUM_THREADS - 1),
+                                            thread_name_prefix="approx_gbdt")
+        return _POOL[pid]
 
 
 _GRID_AUTO = 0  # grid_mode: the grid path (``_grid``) where it is cheaper
@@ -420,7 +428,10 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     if np.any((sizes >= short) & (sizes < split)):
         _on_threads(long_block, nt, *args, short, split, False, 1, grid_mode)
     if end > split:
-        long_block(0, 1, *args, split, end, True, nt, grid_mode)
+        # one caller at a time: Numba's workqueue threading layer (where neither OpenMP nor
+        # TBB is available) aborts when two threads enter its parallel loops at once
+        with _SPLIT_LOCK:
+            long_block(0, 1, *args, split, end, True, nt, grid_mode)
 
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,

@@ -42,6 +42,7 @@ STEPS = [
     ("lgb.train, 1 round, approx_ndcg_obj", "lgb.train(d.params, d.dtrain, num_boost_round=1)"),
     (f"ApproxNDCG.grad_hess, queries of {LONG[0]:,} and {LONG[1]:,} documents",
      "approx_ndcg_obj.grad_hess(*d.long)"),
+    ("ApproxAP.grad_hess, the same long queries", "approx_ap_obj.grad_hess(*d.long)"),
 ]
 
 CHILD = r"""
@@ -125,9 +126,9 @@ def main(argv=None):
         "`NUMBA_CACHE_DIR` is a new empty folder (a new user's first run); 'full cache': the "
         "same folder afterwards (every later run). 'Warm' is the same call repeated in the "
         "process: the rest is compilation or loading from the cache. The calls before the "
-        "last meet only queries of fewer than 1,024 documents, which take the exact windowed "
-        "loops; the last one compiles the kernels of longer queries (the grid, and rows "
-        "split across threads). Wall-clock seconds, "
+        "last two meet only queries of fewer than 1,024 documents, which take the exact "
+        "windowed loops; the last two compile the kernels of longer queries (the grid, and "
+        "rows split across threads). Wall-clock seconds, "
         "and the CPU seconds of the process (all threads) with an empty cache: Numba compiles "
         "on one thread, so on a busy machine the CPU seconds are closer to what an idle "
         "machine's wall clock shows.",

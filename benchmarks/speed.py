@@ -376,6 +376,7 @@ def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), th
                     continue
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 row["busy"] = busy
+                row["load"] = os.getloadavg()[0]
                 rows.append(row)
                 print(row, flush=True)
     return rows
@@ -385,11 +386,14 @@ def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), th
 LENGTH_VARIANTS = ((2, False), (1, False), (2, True), (1, True))
 
 
-def bench_lengths(total, iters, lengths=(10, 100, 1000, 10_000)):
+def bench_lengths(total, iters, lengths=(10, 100, 1000, 2000, 10_000)):
+    """Section 4; the variants interleaved per list length, so that a drift of the machine's
+    load does not fall on one variant. 2,000 documents is the grid's tier (1,024-4,095)."""
     rows = []
-    for threads, busy in LENGTH_VARIANTS:
-        rows += bench_training([f"len:{p}:{total}" for p in lengths], iters, LENGTH_OBJECTIVES,
-                               threads=threads, busy=busy)
+    for p in lengths:
+        for threads, busy in LENGTH_VARIANTS:
+            rows += bench_training([f"len:{p}:{total}"], iters, LENGTH_OBJECTIVES,
+                                   threads=threads, busy=busy)
     return rows
 
 
@@ -410,7 +414,8 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
          f"Machine: {os.cpu_count()} cores, numba {numba.__version__} with "
          f"{numba.get_num_threads()} threads ({numba.threading_layer()} layer), "
          f"lightgbm {lightgbm.__version__}, xgboost {xgboost.__version__}, "
-         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; "
+         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+         f"NUMBA_THREADING_LAYER={os.environ.get('NUMBA_THREADING_LAYER', 'unset')}; "
          f"wall time {elapsed / 60:.1f} min; 1-minute load average {load[0]:.2f} at the start "
          f"and {load[1]:.2f} at the end (above 0 means other work shared the cores). Kernel "
          "timings are best of repeats; training times are medians over iterations.\n",
@@ -470,14 +475,16 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
                  "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
                  "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
                  "CPU-bound process (a Python busy loop) runs on the same cores during the "
-                 "training. Ratios to native in brackets. Target: approx_ndcg_obj and "
+                 "training; the variants run interleaved per list length. Load: the "
+                 "1-minute load average after the last training of the row. Ratios to native "
+                 "in brackets. Target: approx_ndcg_obj and "
                  "approx_ap_obj <= 1.0x native in every row. Plot: "
                  f"[{os.path.basename(path)[:-3]}_lengths.png]"
                  f"({os.path.basename(path)[:-3]}_lengths.png).\n")
         objs = ["native", "approx_ndcg_obj", "approx_ap_obj"]
         L.append("| docs per query | queries | library | threads | machine | "
-                 + " | ".join(objs) + " |")
-        L.append("|---|---|---|---|---|" + "---|" * len(objs))
+                 + " | ".join(objs) + " | load |")
+        L.append("|---|---|---|---|---|" + "---|" * len(objs) + "---|")
         by = {(r["setting"], r["lib"], r["objective"], r["threads"], r["busy"]): r
               for r in lengths}
         for threads, busy in LENGTH_VARIANTS:
@@ -486,17 +493,20 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
                 for lib in ["lightgbm", "xgboost"]:
                     nat = by.get((setting, lib, "native", threads, busy))
                     cells = []
+                    load = ""
                     for o in objs:
                         r = by.get((setting, lib, o, threads, busy))
                         if r is None:
                             cells.append("n/a")
                             continue
+                        load = f"{r['load']:.1f}"
                         c = f"{r['sec_per_iter'] * 1e3:.1f} ms"
                         if nat and o != "native":
                             c += f" ({r['sec_per_iter'] / nat['sec_per_iter']:.2f}x)"
                         cells.append(c)
                     L.append(f"| {per} | {max(1, total // per)} | {lib} | {threads} | "
-                             f"{'busy' if busy else 'quiet'} | " + " | ".join(cells) + " |")
+                             f"{'busy' if busy else 'quiet'} | " + " | ".join(cells)
+                             + f" | {load} |")
         L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")

@@ -12,6 +12,7 @@ else the check is a plain 1e-6 relative one.
 
 import math
 
+import numba
 import numpy as np
 import pytest
 
@@ -224,6 +225,7 @@ def _grad_in_child(args):
     return obj.grad_hess(s, y, ptr)[0]
 
 
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread: no pool")
 def test_forked_child_computes_with_its_own_threads():
     # a child forked after the parent used the kernels' thread pool gets a pool of its own
     # (the parent's worker threads do not exist in it): same gradients, no hang
@@ -236,3 +238,56 @@ def test_forked_child_computes_with_its_own_threads():
         out = pool.map_async(_grad_in_child, [(obj, s, y, ptr)] * 2).get(timeout=300)
     for g in out:
         np.testing.assert_array_equal(g, g0)
+
+
+@pytest.mark.parametrize("grid_mode", [0, 1, -1])
+def test_tier_boundaries(grid_mode):
+    # lengths on both sides of the grid's threshold and of par_min (lowered to 1,100 here),
+    # with queries that have nothing relevant in every tier; gradients, values and positions
+    from approx_gbdt._grid import GRID_MIN_N
+
+    par_min = 1100
+    rng = np.random.default_rng(29)
+    sizes = np.array([1, 2, 5, GRID_MIN_N - 1, GRID_MIN_N, GRID_MIN_N + 1, par_min - 1,
+                      par_min, par_min + 1, 30, GRID_MIN_N + 3, par_min + 7])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    s = rng.normal(size=n) * 0.3
+    y = (rng.random(n) < 0.05) * rng.integers(1, 5, n).astype(float)
+    for q in (9, 10, 11):  # nothing relevant: 30 documents, middle tier, longest tier
+        y[ptr[q]:ptr[q + 1]] = 0.0
+    for obj in (ApproxNDCG(), ApproxAP()):
+        obj._grid_mode = grid_mode
+        _compare(obj, s, y, ptr, "mixed", par_min=par_min)
+        np.testing.assert_allclose(obj.value(s, y, ptr), obj._reference_value(s, y, ptr),
+                                   rtol=1e-9, atol=1e-14)
+    p0, p1 = np.empty(n), np.empty(n)
+    R.ref_positions(s, ptr, 10.0, p0)
+    K.smoothed_positions(s, ptr, 10.0, p1)
+    np.testing.assert_allclose(p1, p0, rtol=1e-9, atol=0)  # the grid's bound (_grid)
+
+
+def test_concurrent_callers_get_the_single_threaded_result():
+    # several Python threads calling at once, each with its own thread count, on short and
+    # long queries: every result equals the one-thread result
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(31)
+    sizes = np.concatenate([rng.integers(1, 80, 40), [1500, K._PAR_MIN + 10]])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    s = rng.normal(size=n)
+    y = (rng.random(n) < 0.2) * rng.integers(1, 5, n).astype(float)
+    objs = [ApproxNDCG(), ApproxAP()]
+    preps = [obj._prepare(y, ptr, cache=False) for obj in objs]
+    ones = [obj._grad_hess(s, prep, np.empty(0), None, 1) for obj, prep in zip(objs, preps)]
+
+    def call(i):
+        obj = objs[i % 2]
+        prep = obj._prepare(y, ptr, cache=False)  # its own sort order
+        return i % 2, obj._grad_hess(s, prep, np.empty(0), None, 1 + i % 4)
+
+    with ThreadPoolExecutor(6) as pool:
+        for which, (g, h) in pool.map(call, range(24)):
+            np.testing.assert_allclose(g, ones[which][0], rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(h, ones[which][1], rtol=1e-12, atol=1e-15)
