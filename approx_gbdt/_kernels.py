@@ -26,6 +26,7 @@ per-thread sums, the grid's class labels); the sort order persists between calls
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -258,13 +259,13 @@ def _trivial(job, inv_z, q, a, b, grad, hess):
 
 
 @njit(cache=True)
-def _largest(group_ptr, rel_ptr, lo, hi):
-    """Largest query of ``lo`` to ``hi - 1`` documents (at least 2) and the largest span of
-    ``rel_ptr`` (ApproxAP's relevant documents) over those queries; callers without relevant
-    lists pass ``group_ptr`` and ignore the second value."""
+def _largest(group_ptr, rel_ptr, q0, q1, lo, hi):
+    """Largest of the queries ``q0..q1-1`` with ``lo`` to ``hi - 1`` documents (at least 2)
+    and the largest span of ``rel_ptr`` (ApproxAP's relevant documents) over them; callers
+    without relevant lists pass ``group_ptr`` and ignore the second value."""
     m = 2
     mr = 0
-    for q in range(group_ptr.shape[0] - 1):
+    for q in range(q0, q1):
         if lo <= group_ptr[q + 1] - group_ptr[q] < hi:
             m = max(m, group_ptr[q + 1] - group_ptr[q])
             mr = max(mr, rel_ptr[q + 1] - rel_ptr[q])
@@ -282,18 +283,18 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
     return a, b, weights[a:b] if weights.shape[0] > 0 else weights
 
 
-# One thread's share of a tier (see ``_schedule``): queries t, t + stride, ... of lo to hi - 1
-# documents, one at a time, with work space allocated once for the thread. The short tier's
+# A chunk of a tier (see ``_schedule``): the queries q0..q1-1 of lo to hi - 1 documents, one at
+# a time, with work space allocated once for the chunk. The short tier's
 # blocks call ``_short_*`` (exact windowed loops only), the long tiers' call ``_query*`` (grid
 # where cheaper; rows split across ``nt`` threads when ``big``): separate functions, so that
 # the short tier compiles without the grid. Flags reach the compiled functions as arguments,
 # never as constants in a call: Numba compiles one specialisation per literal argument value.
 
 @njit(nogil=True, cache=True)
-def _short_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
+def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
                  mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
-    W = pair_work(_largest(group_ptr, group_ptr, lo, hi)[0])
-    for q in range(t, group_ptr.shape[0] - 1, stride):
+    W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
+    for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
             _short_query(job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
@@ -302,11 +303,11 @@ def _short_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kin
 
 
 @njit(nogil=True, cache=True)
-def _long_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
+def _long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                 theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, big, nt,
                 gp):
-    W = pair_work(_largest(group_ptr, group_ptr, lo, hi)[0])
-    for q in range(t, group_ptr.shape[0] - 1, stride):
+    W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
+    for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
             _query(job, big, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
@@ -315,18 +316,18 @@ def _long_block(t, stride, job, s, gains, inv_z, group_ptr, weights, alpha, kind
 
 
 @njit(cache=True)
-def _ap_space(job, mode, group_ptr, rel_ptr, lo, hi):
-    """One thread's ApproxAP work space for the queries of ``lo`` to ``hi - 1`` documents."""
-    maxn, maxr = _largest(group_ptr, rel_ptr, lo, hi)
+def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
+    """ApproxAP's work space for the queries ``q0..q1-1`` of ``lo`` to ``hi - 1`` documents."""
+    maxn, maxr = _largest(group_ptr, rel_ptr, q0, q1, lo, hi)
     hmax = min(maxr, _H_CACHE_MAX) if (job == JOB_GRAD and _need_exact(mode)) else 0
     return pair_work(maxn), ap_work(maxn), np.empty((hmax, hmax))
 
 
 @njit(nogil=True, cache=True)
-def _short_block_ap(t, stride, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+def _short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                     mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
-    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, lo, hi)
-    for q in range(t, group_ptr.shape[0] - 1, stride):
+    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
+    for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
             out[q] = _short_query_ap(job, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
@@ -335,11 +336,11 @@ def _short_block_ap(t, stride, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weigh
 
 
 @njit(nogil=True, cache=True)
-def _long_block_ap(t, stride, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+def _long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                    mode, floor, constant, normalize, grad, hess, out, order, lo, hi, big, nt,
                    gp):
-    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, lo, hi)
-    for q in range(t, group_ptr.shape[0] - 1, stride):
+    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
+    for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
             out[q] = _query_ap(job, big, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
@@ -347,20 +348,38 @@ def _long_block_ap(t, stride, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weight
                                hess[a:b], order[a:b], W, A, Hc, nt, gp)
 
 
-def _on_threads(block, nt, *args):
-    """Run ``block(t, nt, *args)`` for ``t = 0..nt-1``, each on its own thread (the calling
-    thread takes ``t = 0``). ``block`` is compiled with ``nogil=True``: the threads run the
-    compiled code in parallel, and they wait without spinning. Every thread has finished when
-    this returns or raises (the first error is raised)."""
-    if nt == 1:
-        block(0, 1, *args)
+_CHUNK_DOCS = 4096  # documents per chunk of a tier: about 1-10 ms of work
+
+
+def _on_threads(block, nt, group_ptr, docs, *args):
+    """Run ``block(q0, q1, *args)`` over chunks of the queries (whole queries, about
+    ``_CHUNK_DOCS`` of the tier's ``docs`` documents each) on the calling thread and up to
+    ``nt - 1`` pool threads, each taking the next chunk when it is free: a thread that the
+    machine does not schedule (other work on the cores) leaves its chunks to the others
+    instead of holding up the call. ``block`` is compiled with ``nogil=True``, so the threads
+    run in parallel; a waiting thread sleeps. Every thread has finished when this returns or
+    raises (the first error is raised)."""
+    nq = group_ptr.shape[0] - 1
+    nch = min(nq, docs // _CHUNK_DOCS)
+    if nt == 1 or nch < 2:
+        block(0, nq, *args)
         return
+    ends = np.searchsorted(group_ptr, np.linspace(0, group_ptr[-1], nch + 1)[1:-1])
+    bounds = np.unique(np.concatenate([[0], ends, [nq]]))
+    chunks = itertools.count()  # next() is atomic under the GIL
+
+    def work():
+        for i in chunks:
+            if i >= bounds.shape[0] - 1:
+                return
+            block(bounds[i], bounds[i + 1], *args)
+
     pool = _pool()
     futures = []
     try:
-        for t in range(1, nt):
-            futures.append(pool.submit(block, t, nt, *args))
-        block(0, nt, *args)
+        for _ in range(min(nt, bounds.shape[0] - 1) - 1):
+            futures.append(pool.submit(work))
+        work()
     finally:
         wait(futures)
     for f in futures:
@@ -423,15 +442,19 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
                 floor, constant, normalize, grad, hess, pos, order)
     split = max(par_min, short)
     end = int(sizes.max()) + 1
-    if np.any(sizes < short):
-        _on_threads(short_block, nt, *args, 0, short)
-    if np.any((sizes >= short) & (sizes < split)):
-        _on_threads(long_block, nt, *args, short, split, False, 1, grid_mode)
+    nq = sizes.shape[0]
+    tier = sizes < short
+    if tier.any():
+        _on_threads(short_block, nt, group_ptr, int(sizes[tier].sum()), *args, 0, short)
+    tier = (sizes >= short) & (sizes < split)
+    if tier.any():
+        _on_threads(long_block, nt, group_ptr, int(sizes[tier].sum()), *args, short, split,
+                    False, 1, grid_mode)
     if end > split:
         # one caller at a time: Numba's workqueue threading layer (where neither OpenMP nor
         # TBB is available) aborts when two threads enter its parallel loops at once
         with _SPLIT_LOCK:
-            long_block(0, 1, *args, split, end, True, nt, grid_mode)
+            long_block(0, nq, *args, split, end, True, nt, grid_mode)
 
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
