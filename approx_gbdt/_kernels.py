@@ -196,13 +196,22 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     # ApproxAP's v is coupled (not monotone within a class): its bound stays exact. (``n < 0``
     # is False as a run-time value: a literal False would compile _chain_step once more.)
     _chain_step(big, grid, n, W, need_exact, _need_bound(mode), n < 0, W.v, order, nt)
+    _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
+               need_exact, wts, grad, hess)
+    return 0.0
+
+
+@njit(cache=True)
+def _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
+               need_exact, wts, grad, hess):
+    """ApproxAP's last steps after the chain-rule sums: the off-diagonal part of the exact
+    diagonal (when the Hessian mode needs it), then gradient and Hessian of ``L = -M``."""
     off = A.off[:0]
     if need_exact:
         ap_offdiag(n, R, W, A, beta, iz, Hc)
         off = A.off[:n]
     _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off,
                    wts, grad, hess)
-    return 0.0
 
 
 @njit(cache=True)
@@ -236,12 +245,8 @@ def _short_query_ap(job, s, iz, rel_local, wts, alpha, beta, mode, floor, consta
     ap_ve(n, R, W, A, beta, iz)
     need_exact = _need_exact(mode)
     _sorted_chain(n, W, need_exact)
-    off = A.off[:0]
-    if need_exact:
-        ap_offdiag(n, R, W, A, beta, iz, Hc)
-        off = A.off[:n]
-    _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off,
-                   wts, grad, hess)
+    _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
+               need_exact, wts, grad, hess)
     return 0.0
 
 

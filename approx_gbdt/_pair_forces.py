@@ -57,7 +57,7 @@ import numpy as np
 from numba import njit, prange
 
 from approx_gbdt._measure_terms import _term
-from approx_gbdt._pairs import _T, HESS_ABS, HESS_EXACT, HESS_MIXED, _hessian_of_loss
+from approx_gbdt._pairs import _T, HESS_ABS, HESS_EXACT, HESS_MIXED, _hessian_of_loss, argsort_desc
 from approx_gbdt._reference import finish_query
 
 _INV_LN2 = 1.0 / math.log(2.0)
@@ -96,7 +96,7 @@ def _window(s, alpha, aware, o, jst, jend):
     (above) or 0 (below) in the position, and its slope is below ``e^-_T`` (~1e-16). Softplus
     pairs never saturate, so label-aware positions take the whole query."""
     n = s.shape[0]
-    o[:] = np.argsort(-s, kind="mergesort")
+    argsort_desc(s, o)
     if aware:
         jst[:] = 0
         jend[:] = n
