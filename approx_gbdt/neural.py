@@ -478,7 +478,8 @@ class _Net(nn.Module):
 # stopping patience in optimiser steps, and batches of at most 128 queries (Bruch et al.) that
 # cut smaller training sets into about BATCHES_PER_EPOCH batches (at most that many).
 DEFAULT_MAX_STEPS = 5000
-DEFAULT_PATIENCE_STEPS = 1000
+DEFAULT_PATIENCE_STEPS = 1000  # the most steps the default patience waits
+MIN_PATIENCE_STEPS = 100  # the fewest
 MAX_BATCH_QUERIES = 128
 BATCHES_PER_EPOCH = 8
 
@@ -497,8 +498,9 @@ def _schedule(n_queries, *, batch_queries=None, max_steps=None, max_epochs=None,
     Returns ``(batch_queries, max_steps, max_epochs, patience, patience_steps)`` with the
     defaults filled in: ``batch_queries = min(128, ceil(n_queries / 8))``; a budget of
     ``DEFAULT_MAX_STEPS`` optimiser steps unless ``max_steps`` or ``max_epochs`` is given
-    (``max_epochs`` alone: no step limit); patience of ``DEFAULT_PATIENCE_STEPS`` steps unless
-    ``patience`` (in evaluations) or ``patience_steps`` is given. Unused entries are None.
+    (``max_epochs`` alone: no step limit). ``patience`` (in evaluations) and ``patience_steps``
+    are returned as given: both None means the default patience of :func:`_steps_patience`.
+    Unused entries are None.
     """
     if max_steps is not None and max_epochs is not None:
         raise ValueError("give max_steps or max_epochs, not both")
@@ -508,9 +510,21 @@ def _schedule(n_queries, *, batch_queries=None, max_steps=None, max_epochs=None,
         batch_queries = max(1, min(MAX_BATCH_QUERIES, math.ceil(n_queries / BATCHES_PER_EPOCH)))
     if max_steps is None and max_epochs is None:
         max_steps = DEFAULT_MAX_STEPS
-    if patience is None and patience_steps is None:
-        patience_steps = DEFAULT_PATIENCE_STEPS
     return int(batch_queries), max_steps, max_epochs, patience, patience_steps
+
+
+def _steps_patience(best_step, patience_steps=None):
+    """Optimiser steps to wait after the best evaluation (at ``best_step``) before stopping.
+
+    ``patience_steps`` when given; by default as many steps as the best evaluation took,
+    within ``[MIN_PATIENCE_STEPS, DEFAULT_PATIENCE_STEPS]`` (a patience that grows with the
+    training so far): a network that is best after a few steps, as on tiny training sets,
+    stops 100 steps later instead of overfitting for 1,000 steps while a small validation set
+    is searched for a lucky late score; a slowly improving model waits up to 1,000.
+    """
+    if patience_steps is not None:
+        return patience_steps
+    return max(MIN_PATIENCE_STEPS, min(DEFAULT_PATIENCE_STEPS, best_step))
 
 
 class NeuralRanker(BaseEstimator):
@@ -533,12 +547,12 @@ class NeuralRanker(BaseEstimator):
     et al.'s 128 from 1,024 queries up). After each epoch (or every ``eval_every`` steps) the
     exact validation NDCG@``eval_at`` (or MAP@``eval_at`` with ``eval_metric="map"``; mean over
     queries with a relevant document, equal scores ranked worst case, as
-    :mod:`approx_gbdt.metrics`) is computed; training stops when ``patience_steps`` (default
-    1000) optimiser steps have passed since the best evaluation, and the best evaluation's
-    weights are restored. ``max_epochs`` and ``patience`` (in evaluations, i.e. epochs by
-    default) give the epoch schedule instead: ``batch_queries=128, max_epochs=100,
-    patience=10`` is the schedule of earlier versions, which under-trains small data (a
-    60-query set is one batch, 100 epochs are 100 steps).
+    :mod:`approx_gbdt.metrics`) is computed; training stops when ``patience_steps`` optimiser
+    steps have passed since the best evaluation (default: as many as the best evaluation
+    took, between 100 and 1000), and the best evaluation's weights are restored.
+    ``max_epochs`` and ``patience`` (in evaluations, i.e. epochs by default) give an epoch
+    schedule instead; ``batch_queries=128, max_epochs=100, patience=10`` under-trains small
+    data (a 60-query set is one batch, 100 epochs are 100 steps).
 
     With ``gumbel_samples > 0`` (ApproxNDCG/ApproxAP only) each training list is scored
     ``gumbel_samples`` times with Gumbel noise added to its scores (:func:`gumbel_perturb`,
@@ -579,8 +593,9 @@ class NeuralRanker(BaseEstimator):
         Early stopping patience in evaluations (epochs unless ``eval_every`` is set) without
         improvement.
     patience_steps : int or None
-        Early stopping patience in optimiser steps since the best evaluation; None: 1000,
-        unless ``patience`` is given. Give at most one of the two. Both need ``eval_set``.
+        Early stopping patience in optimiser steps since the best evaluation. None (unless
+        ``patience`` is given): as many steps as the best evaluation took, at least 100 and at
+        most 1000. Give at most one of the two. Both need ``eval_set``.
     eval_every : int or None
         Optimiser steps between validation evaluations; None: at the end of every epoch. The
         last step of the budget is always evaluated.
@@ -852,7 +867,7 @@ class NeuralRanker(BaseEstimator):
                     return False
                 if patience is not None:
                     return n_evals - best_eval >= patience
-                return step - best_step >= patience_steps
+                return step - best_step >= _steps_patience(best_step, patience_steps)
 
             epoch = 0
             while not stop and (max_epochs is None or epoch < max_epochs):

@@ -186,12 +186,17 @@ def write_markdown(path, args, argv, results, mean):
     if args.loss == "approx_ap":
         grid += f", beta in {{{', '.join(f'{b:g}' for b in args.betas)}}}"
     if args.defaults:
-        from approx_gbdt.neural import DEFAULT_MAX_STEPS, DEFAULT_PATIENCE_STEPS
+        from approx_gbdt.neural import (
+            DEFAULT_MAX_STEPS,
+            DEFAULT_PATIENCE_STEPS,
+            MIN_PATIENCE_STEPS,
+        )
 
         training = (
             f"trained with `NeuralRanker`'s default schedule: Adam, lr {NeuralRanker().lr:g}, "
             "batches of min(128, ceil(training queries / 8)) queries, at most "
-            f"{DEFAULT_MAX_STEPS} optimiser steps, patience {DEFAULT_PATIENCE_STEPS} steps, "
+            f"{DEFAULT_MAX_STEPS} optimiser steps, patience as many steps as the best "
+            f"evaluation took ({MIN_PATIENCE_STEPS}-{DEFAULT_PATIENCE_STEPS}), "
             "one validation evaluation per epoch"
         )
         unit = "steps"

@@ -279,14 +279,19 @@ def pfmt(p):
 def nn_schedule(args) -> str:
     """The neural baseline's training schedule, in words."""
     try:
-        from approx_gbdt.neural import DEFAULT_MAX_STEPS, DEFAULT_PATIENCE_STEPS
+        from approx_gbdt.neural import (
+            DEFAULT_MAX_STEPS,
+            DEFAULT_PATIENCE_STEPS,
+            MIN_PATIENCE_STEPS,
+        )
     except ImportError:  # no torch: no neural rows
         return "not run"
 
     budget = (f"at most {args.nn_epochs} epochs" if args.nn_epochs is not None
               else f"at most {DEFAULT_MAX_STEPS} optimiser steps")
     patience = (f"patience {args.nn_patience} epochs" if args.nn_patience is not None
-                else f"patience {DEFAULT_PATIENCE_STEPS} steps")
+                else f"patience as many steps as the best evaluation took, "
+                     f"{MIN_PATIENCE_STEPS}-{DEFAULT_PATIENCE_STEPS}")
     return f"{budget}, {patience}; batch 'auto' = min(128, ceil(training queries / 8))"
 
 

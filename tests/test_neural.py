@@ -513,8 +513,7 @@ def test_gumbel_ranker_deterministic_for_seed(data):
 
 
 def test_default_schedule():
-    assert neural._schedule(60) == (8, neural.DEFAULT_MAX_STEPS, None, None,
-                                    neural.DEFAULT_PATIENCE_STEPS)
+    assert neural._schedule(60) == (8, neural.DEFAULT_MAX_STEPS, None, None, None)
     assert neural._schedule(5)[0] == 1
     assert neural._schedule(1000)[0] == 125
     assert neural._schedule(30_000)[0] == 128
@@ -557,6 +556,23 @@ def test_patience_in_steps_and_in_evaluations(data, kw, gap):
     assert m.best_iteration_ == 1
 
 
+def test_default_patience_grows_with_the_best_step():
+    lo, hi = neural.MIN_PATIENCE_STEPS, neural.DEFAULT_PATIENCE_STEPS
+    assert [neural._steps_patience(b) for b in (0, 6, lo, 400, hi, 4000)] == [
+        lo, lo, lo, 400, hi, hi]
+    assert neural._steps_patience(6, 3) == 3 and neural._steps_patience(4000, 7) == 7
+
+
+def test_default_patience_stops_after_the_floor(data):
+    (X, y, g), (Xv, yv, gv) = data
+    # nothing beats the untrained network's first evaluation (at step 1): the default patience
+    # is its floor, 100 steps
+    m = NeuralRanker(hidden=(), lr=1e-9, max_steps=500, eval_every=1).fit(
+        X, y, g, eval_set=(Xv, yv, gv))
+    assert m.best_step_ == 1
+    assert m.n_steps_ == 1 + neural.MIN_PATIENCE_STEPS
+
+
 def test_default_schedule_trains_small_data_further():
     # 60 training queries: the old schedule (128 queries a batch, 100 epochs) is 100 steps on
     # one batch; the default step budget trains further (lower training loss)
@@ -567,7 +583,7 @@ def test_default_schedule_trains_small_data_further():
     old.fit(X, y, g, eval_set=(Xv, yv, gv))
     new.fit(X, y, g, eval_set=(Xv, yv, gv))
     assert new.batch_queries_ == 8 and old.n_steps_ <= 100
-    assert new.n_steps_ > 1000
+    assert new.n_steps_ > 2 * old.n_steps_
     assert min(new.train_loss_) < min(old.train_loss_)
 
 
