@@ -480,6 +480,7 @@ class _Net(nn.Module):
 DEFAULT_MAX_STEPS = 5000
 DEFAULT_PATIENCE_STEPS = 1000  # the most steps the default patience waits
 MIN_PATIENCE_STEPS = 100  # the fewest
+PATIENCE_STEPS_PER_QUERY = 2  # the default patience per training query, between those
 MAX_BATCH_QUERIES = 128
 BATCHES_PER_EPOCH = 8
 
@@ -498,9 +499,9 @@ def _schedule(n_queries, *, batch_queries=None, max_steps=None, max_epochs=None,
     Returns ``(batch_queries, max_steps, max_epochs, patience, patience_steps)`` with the
     defaults filled in: ``batch_queries = min(128, ceil(n_queries / 8))``; a budget of
     ``DEFAULT_MAX_STEPS`` optimiser steps unless ``max_steps`` or ``max_epochs`` is given
-    (``max_epochs`` alone: no step limit). ``patience`` (in evaluations) and ``patience_steps``
-    are returned as given: both None means the default patience of :func:`_steps_patience`.
-    Unused entries are None.
+    (``max_epochs`` alone: no step limit); unless ``patience`` (in evaluations) or
+    ``patience_steps`` is given, a patience of ``PATIENCE_STEPS_PER_QUERY * n_queries`` steps
+    within ``[MIN_PATIENCE_STEPS, DEFAULT_PATIENCE_STEPS]``. Unused entries are None.
     """
     if max_steps is not None and max_epochs is not None:
         raise ValueError("give max_steps or max_epochs, not both")
@@ -510,21 +511,10 @@ def _schedule(n_queries, *, batch_queries=None, max_steps=None, max_epochs=None,
         batch_queries = max(1, min(MAX_BATCH_QUERIES, math.ceil(n_queries / BATCHES_PER_EPOCH)))
     if max_steps is None and max_epochs is None:
         max_steps = DEFAULT_MAX_STEPS
+    if patience is None and patience_steps is None:
+        patience_steps = min(DEFAULT_PATIENCE_STEPS,
+                             max(MIN_PATIENCE_STEPS, PATIENCE_STEPS_PER_QUERY * n_queries))
     return int(batch_queries), max_steps, max_epochs, patience, patience_steps
-
-
-def _steps_patience(best_step, patience_steps=None):
-    """Optimiser steps to wait after the best evaluation (at ``best_step``) before stopping.
-
-    ``patience_steps`` when given; by default as many steps as the best evaluation took,
-    within ``[MIN_PATIENCE_STEPS, DEFAULT_PATIENCE_STEPS]`` (a patience that grows with the
-    training so far): a network that is best after a few steps, as on tiny training sets,
-    stops 100 steps later instead of overfitting for 1,000 steps while a small validation set
-    is searched for a lucky late score; a slowly improving model waits up to 1,000.
-    """
-    if patience_steps is not None:
-        return patience_steps
-    return max(MIN_PATIENCE_STEPS, min(DEFAULT_PATIENCE_STEPS, best_step))
 
 
 class NeuralRanker(BaseEstimator):
@@ -548,8 +538,10 @@ class NeuralRanker(BaseEstimator):
     exact validation NDCG@``eval_at`` (or MAP@``eval_at`` with ``eval_metric="map"``; mean over
     queries with a relevant document, equal scores ranked worst case, as
     :mod:`approx_gbdt.metrics`) is computed; training stops when ``patience_steps`` optimiser
-    steps have passed since the best evaluation (default: as many as the best evaluation
-    took, between 100 and 1000), and the best evaluation's weights are restored.
+    steps have passed since the best evaluation (default: two per training query, between
+    100 and 1000: a small training set is overfitted within fewer steps, and its small
+    validation set, searched over many evaluations, picks a late lucky score), and the best
+    evaluation's weights are restored.
     ``max_epochs`` and ``patience`` (in evaluations, i.e. epochs by default) give an epoch
     schedule instead; ``batch_queries=128, max_epochs=100, patience=10`` under-trains small
     data (a 60-query set is one batch, 100 epochs are 100 steps).
@@ -594,8 +586,8 @@ class NeuralRanker(BaseEstimator):
         improvement.
     patience_steps : int or None
         Early stopping patience in optimiser steps since the best evaluation. None (unless
-        ``patience`` is given): as many steps as the best evaluation took, at least 100 and at
-        most 1000. Give at most one of the two. Both need ``eval_set``.
+        ``patience`` is given): two steps per training query, at least 100 and at most 1000.
+        Give at most one of the two. Both need ``eval_set``.
     eval_every : int or None
         Optimiser steps between validation evaluations; None: at the end of every epoch. The
         last step of the budget is always evaluated.
@@ -867,7 +859,7 @@ class NeuralRanker(BaseEstimator):
                     return False
                 if patience is not None:
                     return n_evals - best_eval >= patience
-                return step - best_step >= _steps_patience(best_step, patience_steps)
+                return step - best_step >= patience_steps
 
             epoch = 0
             while not stop and (max_epochs is None or epoch < max_epochs):

@@ -513,7 +513,10 @@ def test_gumbel_ranker_deterministic_for_seed(data):
 
 
 def test_default_schedule():
-    assert neural._schedule(60) == (8, neural.DEFAULT_MAX_STEPS, None, None, None)
+    assert neural._schedule(60) == (8, neural.DEFAULT_MAX_STEPS, None, None, 120)
+    # the default patience: two steps per training query, within [100, 1000]
+    assert [neural._schedule(n)[4] for n in (5, 50, 51, 471, 500, 30_000)] == [
+        neural.MIN_PATIENCE_STEPS, 100, 102, 942, neural.DEFAULT_PATIENCE_STEPS, 1000]
     assert neural._schedule(5)[0] == 1
     assert neural._schedule(1000)[0] == 125
     assert neural._schedule(30_000)[0] == 128
@@ -556,21 +559,13 @@ def test_patience_in_steps_and_in_evaluations(data, kw, gap):
     assert m.best_iteration_ == 1
 
 
-def test_default_patience_grows_with_the_best_step():
-    lo, hi = neural.MIN_PATIENCE_STEPS, neural.DEFAULT_PATIENCE_STEPS
-    assert [neural._steps_patience(b) for b in (0, 6, lo, 400, hi, 4000)] == [
-        lo, lo, lo, 400, hi, hi]
-    assert neural._steps_patience(6, 3) == 3 and neural._steps_patience(4000, 7) == 7
-
-
-def test_default_patience_stops_after_the_floor(data):
-    (X, y, g), (Xv, yv, gv) = data
-    # nothing beats the untrained network's first evaluation (at step 1): the default patience
-    # is its floor, 100 steps
+def test_default_patience_stops_after_its_steps(data):
+    (X, y, g), (Xv, yv, gv) = data  # 120 training queries: patience 240 steps
+    # nothing beats the untrained network's first evaluation (at step 1)
     m = NeuralRanker(hidden=(), lr=1e-9, max_steps=500, eval_every=1).fit(
         X, y, g, eval_set=(Xv, yv, gv))
     assert m.best_step_ == 1
-    assert m.n_steps_ == 1 + neural.MIN_PATIENCE_STEPS
+    assert m.n_steps_ == 1 + 240
 
 
 def test_default_schedule_trains_small_data_further():
