@@ -214,7 +214,43 @@ def _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, no
                    wts, grad, hess)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
+def _short_query(job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
+                 normalize, grad, hess, pos, order, W):
+    """:func:`_query` for a short query on the calling thread, by the exact windowed loops
+    only (no grid, no row split), so that the common case compiles without them."""
+    n = s.shape[0]
+    _sorted_prep(s, order, alpha, W)
+    _positions_rows(n, W)
+    if job == JOB_POSITIONS:
+        _scatter(n, W.pos, order, pos)
+        return
+    separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
+    need_exact = _need_exact(mode)
+    _sorted_chain(n, W, need_exact)
+    _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, W.v[:0],
+                   wts, grad, hess)
+
+
+@njit(cache=True)
+def _short_query_ap(job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
+                    grad, hess, order, W, A, Hc):
+    """:func:`_query_ap` for a short query on the calling thread (exact windowed loops)."""
+    n = s.shape[0]
+    _sorted_prep(s, order, alpha, W)
+    _positions_rows(n, W)
+    R = ap_relevant(n, W, A, order, rel_local, beta)
+    if job == JOB_VALUE:
+        return ap_value_sum(R, A, iz)
+    ap_ve(n, R, W, A, beta, iz)
+    need_exact = _need_exact(mode)
+    _sorted_chain(n, W, need_exact)
+    _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
+               need_exact, wts, grad, hess)
+    return 0.0
+
+
+@njit(cache=True)
 def _trivial(job, inv_z, q, a, b, grad, hess):
     """Whether query ``q`` (documents ``a:b``) needs no work: empty, or for ``JOB_GRAD`` a
     single document or no relevant one (its gradient and Hessian are set to zero), or for
@@ -227,7 +263,7 @@ def _trivial(job, inv_z, q, a, b, grad, hess):
     return b == a or (job == JOB_VALUE and inv_z[q] == 0.0)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _largest(group_ptr, rel_ptr, q0, q1, lo, hi):
     """Largest of the queries ``q0..q1-1`` with ``lo`` to ``hi - 1`` documents (at least 2)
     and the largest span of ``rel_ptr`` (ApproxAP's relevant documents) over them; callers
@@ -241,7 +277,7 @@ def _largest(group_ptr, rel_ptr, q0, q1, lo, hi):
     return m, mr
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
     """``(a, b, w_q)`` of query ``q`` if it has ``lo`` to ``hi - 1`` documents and needs work
     (see :func:`_trivial`), else ``a == b == -1``."""
@@ -253,34 +289,22 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 
 
 # A chunk of a tier (see ``_schedule``): the queries q0..q1-1 of lo to hi - 1 documents, one at
-# a time, with work space allocated once for the chunk. The short tier's blocks hold the
-# per-query steps themselves (exact windowed loops only; one compiled function with the small
-# helpers inlined compiles faster than a separate per-query function); the long tiers' call
-# ``_query*`` (grid where cheaper; rows split across ``nt`` threads when ``big``): separate
-# functions, so that the short tier compiles without the grid. Flags reach the compiled
-# functions as arguments, never as constants in a call: Numba compiles one specialisation per
-# literal argument value.
+# a time, with work space allocated once for the chunk. The short tier's
+# blocks call ``_short_*`` (exact windowed loops only), the long tiers' call ``_query*`` (grid
+# where cheaper; rows split across ``nt`` threads when ``big``): separate functions, so that
+# the short tier compiles without the grid. Flags reach the compiled functions as arguments,
+# never as constants in a call: Numba compiles one specialisation per literal argument value.
 
 @njit(nogil=True, cache=True)
 def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
                  mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
     W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
-    need_exact = _need_exact(mode)
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a < 0:
-            continue
-        n = b - a
-        o = order[a:b]
-        _sorted_prep(s[a:b], o, alpha, W)
-        _positions_rows(n, W)
-        if job == JOB_POSITIONS:
-            _scatter(n, W.pos, o, pos[a:b])
-            continue
-        separable_ve(n, W, gains[a:b], o, inv_z[q], kind, k, beta, theta)
-        _sorted_chain(n, W, need_exact)
-        _sorted_finish(n, W, o, alpha, mode, floor, constant, normalize, need_exact, W.v[:0],
-                       w_q, grad[a:b], hess[a:b])
+        if a >= 0:
+            _short_query(job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
+                         mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
+                         order[a:b], W)
 
 
 @njit(nogil=True, cache=True)
@@ -308,24 +332,12 @@ def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
 def _short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                     mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
     W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
-    need_exact = _need_exact(mode)
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a < 0:
-            continue
-        n = b - a
-        o = order[a:b]
-        iz = inv_z[q]
-        _sorted_prep(s[a:b], o, alpha, W)
-        _positions_rows(n, W)
-        R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta)
-        if job == JOB_VALUE:
-            out[q] = ap_value_sum(R, A, iz)
-            continue
-        ap_ve(n, R, W, A, beta, iz)
-        _sorted_chain(n, W, need_exact)
-        _ap_finish(n, R, W, A, Hc, o, iz, alpha, beta, mode, floor, constant, normalize,
-                   need_exact, w_q, grad[a:b], hess[a:b])
+        if a >= 0:
+            out[q] = _short_query_ap(job, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
+                                     w_q, alpha, beta, mode, floor, constant, normalize,
+                                     grad[a:b], hess[a:b], order[a:b], W, A, Hc)
 
 
 @njit(nogil=True, cache=True)
@@ -408,7 +420,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     """Run ``job`` on every query, in three tiers by length ``n``:
 
     - ``n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query per
-      thread by the exact windowed loops (:func:`_short_block`);
+      thread by the exact windowed loops (:func:`_short_query`);
     - ``short <= n < par_min``: one query per thread, grid where it is cheaper (:func:`_query`);
     - ``n >= par_min``: one query after the other, rows split across the threads.
 

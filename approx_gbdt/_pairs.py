@@ -88,7 +88,7 @@ jend, bend : end of the row's window and of its exp block
 """
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def pair_work(n):
     """A :class:`PairWork` for queries of up to ``n`` documents."""
     return PairWork(
@@ -193,7 +193,7 @@ def argsort_desc(s, out):
             out[i] = src[i]
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _gather_x(s, order, alpha, x):
     n = s.shape[0]
     top = s[order[0]]
@@ -201,7 +201,7 @@ def _gather_x(s, order, alpha, x):
         x[r] = alpha * (s[order[r]] - top)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _windows(x, ex, jend, bend):
     """Window ends (first j with x_r - x_j > T) and exp blocks of span <= L over a
     non-increasing ``x`` (tiny violations, from rounding, are harmless)."""
@@ -540,7 +540,7 @@ def _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_ex
         hess[o] = hr
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _scatter(n, src, order, dst):
     for r in range(n):
         dst[order[r]] = src[r]
