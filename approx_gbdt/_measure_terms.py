@@ -34,7 +34,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from approx_gbdt._pairs import _FM, _sig_pair, _window_starts, _windows
+from approx_gbdt._pairs import _FM, _sig_pair, _window_starts, _windows, argsort_desc
 
 TERM_LOG = 0
 TERM_RECIP = 1
@@ -76,32 +76,36 @@ def _term(kind, p, k, beta, theta):
     return d0 * t, d1 * t + d0 * t1, d2 * t + 2.0 * d1 * t1 + d0 * t2
 
 
+@njit(inline="always", cache=True)
+def _exact_denominator(kind, rank, theta):
+    """``1 / base(rank)`` at an exact 1-based rank."""
+    if kind == TERM_LOG:
+        return math.log2(rank + 1.0)
+    if kind == TERM_RECIP:
+        return rank
+    return 1.0
+
+
+@njit(cache=True)
 def ideal_value(gains, group_ptr, kind, k, theta):
     """Exact best value of ``sum_r g_(r) base(r)`` per query (gains sorted descending, ranks
-    ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``.
-
-    Only the exact ranks' denominators are needed (``log2(1 + r)`` for ``TERM_LOG``, ``r`` for
-    ``TERM_RECIP``, 1 otherwise), so this is NumPy, not a compiled loop: it runs once per data
-    set and costs no compilation on a first call. Each query's sum runs over its ranks in order.
-    """
-    gains = np.asarray(gains, dtype=np.float64)
-    group_ptr = np.asarray(group_ptr, dtype=np.int64)
+    ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``."""
     nq = group_ptr.shape[0] - 1
-    qid = np.repeat(np.arange(nq), np.diff(group_ptr))
-    order = np.lexsort((-gains, qid))  # per query, gains descending; ties keep their order
-    rank = (np.arange(gains.shape[0]) - group_ptr[qid] + 1).astype(np.float64)
-    if kind == TERM_LOG:  # math.log2 (libm, as in the kernels), not np.log2 (differs by 1 ulp)
-        longest = int(np.diff(group_ptr).max(initial=0))
-        table = np.fromiter(map(math.log2, range(2, longest + 2)), np.float64, longest)
-        denominator = table[rank.astype(np.int64) - 1]
-    elif kind == TERM_RECIP:
-        denominator = rank
-    else:
-        denominator = np.ones_like(rank)
-    term = gains[order] / denominator
-    if k > 0:
-        term[rank > k] = 0.0
-    return np.bincount(qid, weights=term, minlength=nq)
+    out = np.zeros(nq)
+    longest = 0
+    for q in range(nq):
+        longest = max(longest, group_ptr[q + 1] - group_ptr[q])
+    idx = np.empty(longest, dtype=np.int32)
+    for q in range(nq):
+        g = gains[group_ptr[q]:group_ptr[q + 1]]
+        o = idx[:g.shape[0]]
+        argsort_desc(g, o)
+        m = g.shape[0] if k <= 0 else min(k, g.shape[0])
+        acc = 0.0
+        for r in range(m):
+            acc += g[o[r]] / _exact_denominator(kind, r + 1.0, theta)
+        out[q] = acc
+    return out
 
 
 @njit(inline="always", cache=True)
