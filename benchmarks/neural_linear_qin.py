@@ -190,13 +190,14 @@ def write_markdown(path, args, argv, results, mean):
             DEFAULT_MAX_STEPS,
             DEFAULT_PATIENCE_STEPS,
             MIN_PATIENCE_STEPS,
+            PATIENCE_STEPS_PER_QUERY,
         )
 
         training = (
             f"trained with `NeuralRanker`'s default schedule: Adam, lr {NeuralRanker().lr:g}, "
             "batches of min(128, ceil(training queries / 8)) queries, at most "
-            f"{DEFAULT_MAX_STEPS} optimiser steps, patience as many steps as the best "
-            f"evaluation took ({MIN_PATIENCE_STEPS}-{DEFAULT_PATIENCE_STEPS}), "
+            f"{DEFAULT_MAX_STEPS} optimiser steps, patience {PATIENCE_STEPS_PER_QUERY} steps "
+            f"per training query ({MIN_PATIENCE_STEPS}-{DEFAULT_PATIENCE_STEPS}), "
             "one validation evaluation per epoch"
         )
         unit = "steps"

@@ -283,6 +283,7 @@ def nn_schedule(args) -> str:
             DEFAULT_MAX_STEPS,
             DEFAULT_PATIENCE_STEPS,
             MIN_PATIENCE_STEPS,
+            PATIENCE_STEPS_PER_QUERY,
         )
     except ImportError:  # no torch: no neural rows
         return "not run"
@@ -290,7 +291,7 @@ def nn_schedule(args) -> str:
     budget = (f"at most {args.nn_epochs} epochs" if args.nn_epochs is not None
               else f"at most {DEFAULT_MAX_STEPS} optimiser steps")
     patience = (f"patience {args.nn_patience} epochs" if args.nn_patience is not None
-                else f"patience as many steps as the best evaluation took, "
+                else f"patience {PATIENCE_STEPS_PER_QUERY} steps per training query, "
                      f"{MIN_PATIENCE_STEPS}-{DEFAULT_PATIENCE_STEPS}")
     return f"{budget}, {patience}; batch 'auto' = min(128, ceil(training queries / 8))"
 
