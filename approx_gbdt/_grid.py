@@ -44,8 +44,11 @@ box's partners) and, for ``c``'s own box, the node weights of the members before
 order (``v_k`` non-decreasing), so one pointer per pair of classes does it in O(n) steps in
 total. For a target of gain 0 (``v_k = 0``) every term of a class has one sign and the sum is
 ``|A_kG|``; the gain-0 class itself gives ``|v_k| F_{1_G0}[w](k)``. Up to ``_CMAX`` distinct
-nonzero gains per query; otherwise (and for ApproxNDCG@k, whose ``v`` is not monotone, and
-ApproxAP, whose ``v`` is coupled) the bound stays on the exact windowed path of ``_pairs``.
+nonzero gains per query; otherwise (and for ApproxNDCG@k, whose ``v`` is not monotone) the
+bound stays on the exact windowed path of ``_pairs``. ApproxAP's ``v`` is coupled across the
+relevant documents and zero on the others: its bound takes the chain sums with weights
+``|v|`` and the exact windowed loops over the relevant documents only
+(``_kernels._ap_grid_bound``).
 
 Error bound. With ``_H = 1`` and ``_P = 10`` the interpolation error of each kernel on any
 pair of boxes (both ends interpolated) is at most ``eps_K`` = 2.2e-11 (sig), 8.4e-11 (w),

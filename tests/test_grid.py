@@ -167,8 +167,28 @@ def test_grid_with_weights_threads_and_many_queries(mode):
     w = np.random.default_rng(2).uniform(0.5, 2.0, s.shape[0])
     _check(ApproxNDCG(hessian=mode), s, y, ptr, w=w)
     _check(ApproxNDCG(hessian=mode), s, y, ptr, par_min=100, w=w)  # rows across threads
+    _check(ApproxAP(hessian=mode), s, y, ptr, w=w)
+    _check(ApproxAP(hessian=mode), s, y, ptr, par_min=100, w=w)
     y[ptr[1]:ptr[2]] = 0.0  # a query with nothing relevant
     _check(ApproxNDCG(hessian=mode), s, y, ptr)
+    _check(ApproxAP(hessian=mode), s, y, ptr, par_min=100)
+
+
+@pytest.mark.parametrize("n_relevant", [1, 2, 50, 3000])
+def test_approx_ap_bound_on_the_grid_few_and_many_relevant(n_relevant):
+    # the bound's relevant-only loops from one relevant document to half the query, with a
+    # block of ties among them and scores spread over many windows
+    rng = np.random.default_rng(n_relevant)
+    n = 6000
+    s = rng.normal(size=n) * 3.0
+    s[:500] = 0.25
+    y = np.zeros(n)
+    y[rng.choice(n, n_relevant, replace=False)] = 1.0
+    if n_relevant > 100:
+        y[:20] = 1.0  # relevant documents among the ties
+    ptr = np.array([0, n], dtype=np.int64)
+    _check(ApproxAP(), s, y, ptr)
+    _check(ApproxAP(), s, y, ptr, par_min=1000)
 
 
 def test_more_gain_classes_than_the_split_takes():
