@@ -253,11 +253,12 @@ def _ap_grid_bound(big, n, W, A, R, nt):
     for r in range(n):
         av[r] = abs(v[r])
     no_cls = W.jend[:0]
+    ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
     if big:
-        grid_chain_par(x, av, av, tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], no_cls, 0, n < 0,
+        grid_chain_par(x, av, av, tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], no_cls, ncls, n < 0,
                        nt)
     else:
-        grid_chain_seq(x, av, av, tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], no_cls, 0, n < 0)
+        grid_chain_seq(x, av, av, tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], no_cls, ncls, n < 0)
     for r in range(n):
         bnd[r] = tmp[1, r]
     if R == 0:
