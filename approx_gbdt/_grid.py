@@ -281,8 +281,9 @@ def grid_positions_seq(x, pos):
     """Smoothed positions of one sorted query (``x`` non-increasing) by the grid."""
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
     src = np.zeros((nb, _P))
-    _pos_sources(0, nb, t, bstart, z, lam, src)
-    _pos_boxes(0, nb, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos)
+    b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
+    _pos_sources(b0, nb, t, bstart, z, lam, src)
+    _pos_boxes(b0, nb, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos)
 
 
 @njit(parallel=True, cache=True)
@@ -354,9 +355,10 @@ def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound):
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))  # 1, v, e, then v 1_G and 1_G for G = 1..C
-    _chain_sources(0, nb, t, bstart, z, lam, v, ee, cls, C, src)
+    b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
+    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, cls, C, src)
     mem, mst = _class_members(cls, x.shape[0], C)
-    _chain_boxes(0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
+    _chain_boxes(b0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
                  z, lam, tab, t, slot, bid, bstart, nlo, nhi, src)
 
 

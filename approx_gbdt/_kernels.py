@@ -67,7 +67,6 @@ from approx_gbdt._pairs import (
     HESS_MIXED,
     _positions_rows,
     _positions_rows_par,
-    _scatter,
     _sorted_chain,
     _sorted_chain_par,
     _sorted_finish,
@@ -114,7 +113,7 @@ def _need_bound(mode):
     return mode == HESS_BOUND or mode == HESS_MIXED
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _positions_step(big, s, order, alpha, W, nt, gp):
     """Sort, then the positions by the grid (``_grid``) where it is cheaper than the exact
     windowed loops, else by those; returns whether the grid was used."""
@@ -133,7 +132,7 @@ def _positions_step(big, s, order, alpha, W, nt, gp):
     return grid
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _grid_chain(big, n, W, cls, ncls, need_bound, nt):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
     if big:
@@ -144,7 +143,7 @@ def _grid_chain(big, n, W, cls, ncls, need_bound, nt):
                        need_bound)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
     kernel sums there (the bound needs ``split``: a separable measure without truncation, and
@@ -166,7 +165,7 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt
         _sorted_chain(n, W, need_exact)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
            normalize, grad, hess, pos, order, W, nt, gp):
     """One query of a separable measure (or only its positions), every step; ``big`` splits
@@ -174,7 +173,8 @@ def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor
     n = s.shape[0]
     grid = _positions_step(big, s, order, alpha, W, nt, gp)
     if job == JOB_POSITIONS:
-        _scatter(n, W.pos, order, pos)
+        for r in range(n):
+            pos[order[r]] = W.pos[r]
     else:
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         need_exact = _need_exact(mode)
@@ -184,7 +184,7 @@ def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor
                        W.v[:0], wts, grad, hess)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
               grad, hess, order, W, A, Hc, nt, gp):
     """One query of ApproxAP, every step. Returns the query's value for ``JOB_VALUE``."""
@@ -293,56 +293,7 @@ def _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, no
                    wts, grad, hess)
 
 
-@njit(cache=True)
-def _short_query(job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
-                 normalize, grad, hess, pos, order, W):
-    """:func:`_query` for a short query on the calling thread, by the exact windowed loops
-    only (no grid, no row split), so that the common case compiles without them."""
-    n = s.shape[0]
-    _sorted_prep(s, order, alpha, W)
-    _positions_rows(n, W)
-    if job == JOB_POSITIONS:
-        _scatter(n, W.pos, order, pos)
-        return
-    separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
-    need_exact = _need_exact(mode)
-    _sorted_chain(n, W, need_exact)
-    _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, W.v[:0],
-                   wts, grad, hess)
-
-
-@njit(cache=True)
-def _short_query_ap(job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
-                    grad, hess, order, W, A, Hc):
-    """:func:`_query_ap` for a short query on the calling thread (exact windowed loops)."""
-    n = s.shape[0]
-    _sorted_prep(s, order, alpha, W)
-    _positions_rows(n, W)
-    R = ap_relevant(n, W, A, order, rel_local, beta)
-    if job == JOB_VALUE:
-        return ap_value_sum(R, A, iz)
-    ap_ve(n, R, W, A, beta, iz)
-    need_exact = _need_exact(mode)
-    _sorted_chain(n, W, need_exact)
-    _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
-               need_exact, wts, grad, hess)
-    return 0.0
-
-
-@njit(cache=True)
-def _trivial(job, inv_z, q, a, b, grad, hess):
-    """Whether query ``q`` (documents ``a:b``) needs no work: empty, or for ``JOB_GRAD`` a
-    single document or no relevant one (its gradient and Hessian are set to zero), or for
-    ``JOB_VALUE`` no relevant document."""
-    if job == JOB_GRAD and (inv_z[q] == 0.0 or b - a < 2):
-        for i in range(a, b):
-            grad[i] = 0.0
-            hess[i] = 0.0
-        return True
-    return b == a or (job == JOB_VALUE and inv_z[q] == 0.0)
-
-
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _largest(group_ptr, rel_ptr, q0, q1, lo, hi):
     """Largest of the queries ``q0..q1-1`` with ``lo`` to ``hi - 1`` documents (at least 2)
     and the largest span of ``rel_ptr`` (ApproxAP's relevant documents) over them; callers
@@ -356,34 +307,59 @@ def _largest(group_ptr, rel_ptr, q0, q1, lo, hi):
     return m, mr
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
-    """``(a, b, w_q)`` of query ``q`` if it has ``lo`` to ``hi - 1`` documents and needs work
-    (see :func:`_trivial`), else ``a == b == -1``."""
+    """``(a, b, w_q)`` of query ``q`` if it has ``lo`` to ``hi - 1`` documents and needs work,
+    else ``a == b == -1``. No work: an empty query; for ``JOB_VALUE`` one without a relevant
+    document (its value stays 0); for ``JOB_GRAD`` a single document or none relevant, whose
+    gradient and Hessian are set to zero here."""
     a = group_ptr[q]
     b = group_ptr[q + 1]
-    if not lo <= b - a < hi or _trivial(job, inv_z, q, a, b, grad, hess):
+    if not lo <= b - a < hi or b == a or (job == JOB_VALUE and inv_z[q] == 0.0):
+        return -1, -1, weights
+    if job == JOB_GRAD and (inv_z[q] == 0.0 or b - a < 2):
+        # a single document or none relevant: zero gradient and Hessian
+        for i in range(a, b):
+            grad[i] = 0.0
+            hess[i] = 0.0
         return -1, -1, weights
     return a, b, weights[a:b] if weights.shape[0] > 0 else weights
 
 
 # A chunk of a tier (see ``_schedule``): the queries q0..q1-1 of lo to hi - 1 documents, one at
-# a time, with work space allocated once for the chunk. The short tier's
-# blocks call ``_short_*`` (exact windowed loops only), the long tiers' call ``_query*`` (grid
-# where cheaper; rows split across ``nt`` threads when ``big``): separate functions, so that
-# the short tier compiles without the grid. Flags reach the compiled functions as arguments,
-# never as constants in a call: Numba compiles one specialisation per literal argument value.
+# a time, with work space allocated once for the chunk. The short tier's blocks run a query's
+# steps by the exact windowed loops only, the long tiers' call ``_query*`` (grid where cheaper;
+# rows split across ``nt`` threads when ``big``): separate functions, so that the short tier
+# compiles without the grid.
+#
+# Compile time (a new user's first call) shapes these functions. Flags reach the compiled
+# functions as arguments, never as constants in a call: Numba compiles one specialisation per
+# literal argument value. And every separately compiled function is optimised and turned into
+# machine code on its own and then once more inside each caller, so the call tree is kept
+# shallow: thin steps are ``inline="always"`` (or written into the block), and only the pair
+# loops (``*_seg``, with their own fast-math flags) and a few larger steps stay separate.
 
 @njit(nogil=True, cache=True)
 def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
                  mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
     W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
+    need_exact = _need_exact(mode)
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a >= 0:
-            _short_query(job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
-                         mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                         order[a:b], W)
+        if a < 0:
+            continue
+        n = b - a
+        o = order[a:b]
+        _sorted_prep(s[a:b], o, alpha, W)
+        _positions_rows(n, W)
+        if job == JOB_POSITIONS:
+            for r in range(n):
+                pos[a + o[r]] = W.pos[r]
+            continue
+        separable_ve(n, W, gains[a:b], o, inv_z[q], kind, k, beta, theta)
+        _sorted_chain(n, W, need_exact)
+        _sorted_finish(n, W, o, alpha, mode, floor, constant, normalize, need_exact, W.v[:0],
+                       w_q, grad[a:b], hess[a:b])
 
 
 @njit(nogil=True, cache=True)
@@ -399,7 +375,7 @@ def _long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k
                    order[a:b], W, nt, gp)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
     """ApproxAP's work space for the queries ``q0..q1-1`` of ``lo`` to ``hi - 1`` documents."""
     maxn, maxr = _largest(group_ptr, rel_ptr, q0, q1, lo, hi)
@@ -411,12 +387,23 @@ def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
 def _short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                     mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
     W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
+    need_exact = _need_exact(mode)
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a >= 0:
-            out[q] = _short_query_ap(job, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
-                                     w_q, alpha, beta, mode, floor, constant, normalize,
-                                     grad[a:b], hess[a:b], order[a:b], W, A, Hc)
+        if a < 0:
+            continue
+        n = b - a
+        o = order[a:b]
+        _sorted_prep(s[a:b], o, alpha, W)
+        _positions_rows(n, W)
+        R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta)
+        if job == JOB_VALUE:
+            out[q] = ap_value_sum(R, A, inv_z[q])
+            continue
+        ap_ve(n, R, W, A, beta, inv_z[q])
+        _sorted_chain(n, W, need_exact)
+        _ap_finish(n, R, W, A, Hc, o, inv_z[q], alpha, beta, mode, floor, constant, normalize,
+                   need_exact, w_q, grad[a:b], hess[a:b])
 
 
 @njit(nogil=True, cache=True)
@@ -499,7 +486,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     """Run ``job`` on every query, in three tiers by length ``n``:
 
     - ``n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query per
-      thread by the exact windowed loops (:func:`_short_query`);
+      thread by the exact windowed loops (:func:`_short_block`);
     - ``short <= n < par_min``: one query per thread, grid where it is cheaper (:func:`_query`);
     - ``n >= par_min``: one query after the other, rows split across the threads.
 

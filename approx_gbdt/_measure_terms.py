@@ -86,17 +86,21 @@ def _exact_denominator(kind, rank, theta):
     return 1.0
 
 
-@njit(cache=True)
 def ideal_value(gains, group_ptr, kind, k, theta):
     """Exact best value of ``sum_r g_(r) base(r)`` per query (gains sorted descending, ranks
     ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``."""
-    nq = group_ptr.shape[0] - 1
-    out = np.zeros(nq)
-    longest = 0
-    for q in range(nq):
-        longest = max(longest, group_ptr[q + 1] - group_ptr[q])
-    idx = np.empty(longest, dtype=np.int32)
-    for q in range(nq):
+    sizes = np.diff(group_ptr)
+    out = np.zeros(sizes.shape[0])
+    if sizes.shape[0] > 0:
+        # arrays from NumPy: the compiled loop then needs no allocation of its own
+        _ideal_value(gains, group_ptr, kind, k, theta, out,
+                     np.empty(int(sizes.max()), dtype=np.int32))
+    return out
+
+
+@njit(cache=True)
+def _ideal_value(gains, group_ptr, kind, k, theta, out, idx):
+    for q in range(group_ptr.shape[0] - 1):
         g = gains[group_ptr[q]:group_ptr[q + 1]]
         o = idx[:g.shape[0]]
         argsort_desc(g, o)
@@ -105,7 +109,6 @@ def ideal_value(gains, group_ptr, kind, k, theta):
         for r in range(m):
             acc += g[o[r]] / _exact_denominator(kind, r + 1.0, theta)
         out[q] = acc
-    return out
 
 
 @njit(inline="always", cache=True)
@@ -165,7 +168,7 @@ isrel : 1 for a relevant document (in-query order)
 """
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def ap_work(n):
     """An :class:`APWork` for queries of up to ``n`` documents."""
     return APWork(

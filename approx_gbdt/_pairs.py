@@ -88,7 +88,7 @@ jend, bend : end of the row's window and of its exp block
 """
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def pair_work(n):
     """A :class:`PairWork` for queries of up to ``n`` documents."""
     return PairWork(
@@ -194,14 +194,6 @@ def argsort_desc(s, out):
 
 
 @njit(cache=True)
-def _gather_x(s, order, alpha, x):
-    n = s.shape[0]
-    top = s[order[0]]
-    for r in range(n):
-        x[r] = alpha * (s[order[r]] - top)
-
-
-@njit(cache=True)
 def _windows(x, ex, jend, bend):
     """Window ends (first j with x_r - x_j > T) and exp blocks of span <= L over a
     non-increasing ``x`` (tiny violations, from rounding, are harmless)."""
@@ -278,7 +270,7 @@ def _segment(part, i, lo, hi, bb, x, ex):
     return j0, hi, math.exp(x[bb] - x[i]) if j0 < hi else 0.0
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
     """Window part of the positions for rows r0..r1-1: row_r += sum_j q_rj, col_j -= q_rj.
 
@@ -348,7 +340,7 @@ def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
     return gi, bi, ai, Bi, wi
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
                 rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
     """Window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
@@ -438,7 +430,9 @@ def _sorted_prep(s, order, alpha, W):
     """Sort the query, gather x, build windows and exp blocks (sequential, O(n) after sort)."""
     n = s.shape[0]
     _sort_desc(s, order)
-    _gather_x(s, order, alpha, W.x[:n])
+    top = s[order[0]]
+    for r in range(n):
+        W.x[r] = alpha * (s[order[r]] - top)
     _windows(W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n])
 
 
@@ -538,9 +532,3 @@ def _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_ex
             hr *= wts[o]
         grad[o] = gr
         hess[o] = hr
-
-
-@njit(cache=True)
-def _scatter(n, src, order, dst):
-    for r in range(n):
-        dst[order[r]] = src[r]
