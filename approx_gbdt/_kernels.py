@@ -336,8 +336,10 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
 # literal argument value. And every separately compiled function is optimised and turned into
 # machine code on its own and then once more inside each caller, so the call tree is kept
-# shallow: thin steps are ``inline="always"`` (or written into the block), and only the pair
-# loops (``*_seg``, with their own fast-math flags) and a few larger steps stay separate.
+# shallow: thin steps are ``inline="always"`` (or written into the block). Steps that many
+# callers share (the row loops ``_pos_rows``/``_chain_rows``, ``pair_work``, the pair loops
+# ``*_seg`` with their own fast-math flags) stay separate: inlined, they would be compiled
+# again in every caller (measured: the first long-query calls took 4-5 s longer).
 
 @njit(nogil=True, cache=True)
 def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,

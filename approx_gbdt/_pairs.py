@@ -88,7 +88,7 @@ jend, bend : end of the row's window and of its exp block
 """
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def pair_work(n):
     """A :class:`PairWork` for queries of up to ``n`` documents."""
     return PairWork(
@@ -270,7 +270,7 @@ def _segment(part, i, lo, hi, bb, x, ex):
     return j0, hi, math.exp(x[bb] - x[i]) if j0 < hi else 0.0
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
     """Window part of the positions for rows r0..r1-1: row_r += sum_j q_rj, col_j -= q_rj.
 
@@ -340,7 +340,7 @@ def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
     return gi, bi, ai, Bi, wi
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
                 rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
     """Window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
