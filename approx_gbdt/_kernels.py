@@ -70,6 +70,7 @@ from approx_gbdt._pairs import (
     _sorted_chain,
     _sorted_chain_par,
     _sorted_finish,
+    _sorted_positions,
     _sorted_prep,
     _windows,
     pair_work,
@@ -352,8 +353,7 @@ def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, 
             continue
         n = b - a
         o = order[a:b]
-        _sorted_prep(s[a:b], o, alpha, W)
-        _positions_rows(n, W)
+        _sorted_positions(s[a:b], o, alpha, W)
         if job == JOB_POSITIONS:
             for r in range(n):
                 pos[a + o[r]] = W.pos[r]
@@ -396,8 +396,7 @@ def _short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
             continue
         n = b - a
         o = order[a:b]
-        _sorted_prep(s[a:b], o, alpha, W)
-        _positions_rows(n, W)
+        _sorted_positions(s[a:b], o, alpha, W)
         R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta)
         if job == JOB_VALUE:
             out[q] = ap_value_sum(R, A, inv_z[q])

@@ -452,6 +452,13 @@ def _positions_rows_par(n, W, nt):
 
 
 @njit(inline="always", cache=True)
+def _sorted_positions(s, order, alpha, W):
+    """Sorted-order positions ``W.pos`` of one query, on the calling thread."""
+    _sorted_prep(s, order, alpha, W)
+    _positions_rows(s.shape[0], W)
+
+
+@njit(inline="always", cache=True)
 def _sorted_chain(n, W, need_exact):
     """Sorted-order chain-rule sums of one query, on the calling thread."""
     g = W.g[:n]
