@@ -72,7 +72,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import _T, _sig_pair
+from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair
 
 _H = 1.0
 _P = 10
@@ -84,7 +84,7 @@ _GRID_PER_DOC = 330  # cost model of ``use_grid``, in window pairs
 _GRID_PER_BOX_PAIR = 180
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _nodes():
     """Chebyshev nodes of the first kind on [0, 1] and their barycentric weights."""
     z = np.empty(_P)
@@ -115,7 +115,7 @@ def _lagrange(t, z, lam, out):
         out[i] *= f
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _tables(z):
     """Kernel tables ``K[kernel, D + delta, m, l] = K((z_m - z_l - delta) _H)`` for target node
     ``m`` and source node ``l`` ``delta`` boxes further down: sig, w, sig'' and w^2."""
@@ -132,7 +132,7 @@ def _tables(z):
     return tab
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _costs(x, jend, n):
     """Work of the two paths for one sorted query: the pairs inside the windows (exact path)
     and the pairs of partner boxes (grid path)."""
@@ -173,7 +173,7 @@ def use_grid(x, jend, n, grid_mode):
     return pairs > _GRID_PER_DOC * n + _GRID_PER_BOX_PAIR * box_pairs
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _boxes(x, t, slot, bid, bstart, nlo, nhi):
     """Occupied boxes of ``u = -x / _H`` (sorted), local coordinates ``t`` in [0, 1), the box
     slot of each document and each box's partners ``[nlo, nhi)`` (box ids within D).
@@ -235,7 +235,7 @@ def _dot(a, b):
     return acc
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _setup(x):
     """Nodes, kernel tables and boxes of one sorted query."""
     n = x.shape[0]
@@ -251,7 +251,7 @@ def _setup(x):
     return z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _pos_sources(b0, b1, t, bstart, z, lam, src):
     L = np.empty(_P)
     for b in range(b0, b1):
@@ -261,7 +261,7 @@ def _pos_sources(b0, b1, t, bstart, z, lam, src):
                 src[b, i] += L[i]
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _pos_boxes(b0, b1, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos):
     L = np.empty(_P)
     phi = np.empty(_P)
@@ -276,7 +276,7 @@ def _pos_boxes(b0, b1, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos):
             pos[r] = base + _dot(L, phi) - _quad(L, tab[0, _D])
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def grid_positions_seq(x, pos):
     """Smoothed positions of one sorted query (``x`` non-increasing) by the grid."""
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
@@ -286,7 +286,7 @@ def grid_positions_seq(x, pos):
     _pos_boxes(b0, nb, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, **_ENTRY)
 def grid_positions_par(x, pos, nt):
     """:func:`grid_positions_seq` with the boxes split across ``nt`` threads."""
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
@@ -299,7 +299,7 @@ def grid_positions_par(x, pos, nt):
                    src, pos)
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def gain_classes(gains, order, n, cls):
     """Class of each document in sorted order (0: gain 0, 1..C: distinct nonzero gains);
     returns C, or -1 when there are more than ``_CMAX`` classes or a negative gain."""
@@ -327,7 +327,7 @@ def gain_classes(gains, order, n, cls):
     return nc
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src):
     L = np.empty(_P)
     for b in range(b0, b1):
@@ -347,7 +347,7 @@ def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src):
                     src[b, 2 + 2 * c, i] += L[i]
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound):
     """Chain-rule sums of one sorted query by the grid: ``g``, ``aa``, ``ab``, ``aw`` and, when
     ``need_bound``, ``bnd`` by the class split (``cls`` from :func:`gain_classes`, ``ncls``
@@ -362,7 +362,7 @@ def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound):
                  z, lam, tab, t, slot, bid, bstart, nlo, nhi, src)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, **_ENTRY)
 def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, nt):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
@@ -379,7 +379,7 @@ def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, nt):
                      need_bound, mem, mst, z, lam, tab, t, slot, bid, bstart, nlo, nhi, src)
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _class_members(cls, n, C):
     """Documents of each class 1..C in sorted order: ``mem[mst[c]:mst[c + 1]]``."""
     mst = np.zeros(C + 2, dtype=np.int64)
@@ -400,7 +400,7 @@ def _class_members(cls, n, C):
     return mem, mst
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _first_not_below(mem, a, b, v, vk):
     """First index in ``mem[a:b]`` with ``v[mem[i]] >= vk`` (``v`` non-decreasing there)."""
     while a < b:
@@ -412,7 +412,7 @@ def _first_not_below(mem, a, b, v, vk):
     return a
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
                  z, lam, tab, t, slot, bid, bstart, nlo, nhi, src):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document."""

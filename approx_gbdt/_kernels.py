@@ -57,7 +57,9 @@ from approx_gbdt._measure_terms import (
     separable_ve,
 )
 from approx_gbdt._pairs import (
+    _ENTRY,
     _PAR_MIN,
+    _STEP,
     _T,
     _TILE,
     HESS_ABS,
@@ -211,7 +213,7 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     return 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _ap_bound_on_grid(x, jend, n, ridx, R, grid_mode):
     """Whether ApproxAP's bound of a query whose positions took the grid is cheaper by
     :func:`_ap_grid_bound` than by the exact windowed chain (``grid_mode`` 1: always). The
@@ -233,7 +235,7 @@ def _ap_bound_on_grid(x, jend, n, ridx, R, grid_mode):
     return 0.37 * pairs > 200.0 * n + 370.0 * box_pairs + 0.78 * rel_pairs
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _ap_grid_bound(big, n, W, A, R, nt):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
     O(n) grid work plus the exact windowed loops over the relevant documents only.
@@ -281,7 +283,7 @@ def _ap_grid_bound(big, n, W, A, R, nt):
         bnd[r] = abs(v[r]) * (aw[r] - S.aw[a]) + S.bnd[a]
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
                need_exact, wts, grad, hess):
     """ApproxAP's last steps after the chain-rule sums: the off-diagonal part of the exact
@@ -299,8 +301,8 @@ def _largest(group_ptr, rel_ptr, q0, q1, lo, hi):
     """Largest of the queries ``q0..q1-1`` with ``lo`` to ``hi - 1`` documents (at least 2)
     and the largest span of ``rel_ptr`` (ApproxAP's relevant documents) over them; callers
     without relevant lists pass ``group_ptr`` and ignore the second value."""
-    m = 2
-    mr = 0
+    m = np.int64(2)
+    mr = np.int64(0)
     for q in range(q0, q1):
         if lo <= group_ptr[q + 1] - group_ptr[q] < hi:
             m = max(m, group_ptr[q + 1] - group_ptr[q])
@@ -335,14 +337,16 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 #
 # Compile time (a new user's first call) shapes these functions. Flags reach the compiled
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
-# literal argument value. And every separately compiled function is optimised and turned into
-# machine code on its own and then once more inside each caller, so the call tree is kept
-# shallow: thin steps are ``inline="always"`` (or written into the block). Steps that many
-# callers share (the row loops ``_pos_rows``/``_chain_rows``, ``pair_work``, the pair loops
-# ``*_seg`` with their own fast-math flags) stay separate: inlined, they would be compiled
-# again in every caller (measured: the first long-query calls took 4-5 s longer).
+# literal argument value (zeros are passed as ``np.int64(0)``, and a variable that a loop
+# widens starts as ``np.int64``, or its first, literal type is compiled too). And every
+# separately compiled function is optimised and turned into machine code on its own and then
+# once more inside each caller, so the call tree is kept shallow: thin steps are
+# ``inline="always"`` (or written into the block). Steps that many callers share (the row
+# loops ``_pos_rows``/``_chain_rows``, ``pair_work``, the pair loops ``*_seg`` with their own
+# fast-math flags) stay separate: inlined, they would be compiled again in every caller
+# (measured: the first long-query calls took 4-5 s longer).
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, **_ENTRY)
 def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
                  mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
     W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
@@ -364,7 +368,7 @@ def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, 
                        w_q, grad[a:b], hess[a:b])
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, **_ENTRY)
 def _long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                 theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, big, nt,
                 gp):
@@ -385,7 +389,7 @@ def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
     return pair_work(maxn), ap_work(maxn), np.empty((hmax, hmax))
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, **_ENTRY)
 def _short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                     mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
     W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
@@ -407,7 +411,7 @@ def _short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
                    need_exact, w_q, grad[a:b], hess[a:b])
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, **_ENTRY)
 def _long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                    mode, floor, constant, normalize, grad, hess, out, order, lo, hi, big, nt,
                    gp):

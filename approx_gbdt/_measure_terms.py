@@ -34,7 +34,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from approx_gbdt._pairs import _FM, _sig_pair, _window_starts, _windows, argsort_desc
+from approx_gbdt._pairs import _ENTRY, _FM, _STEP, _sig_pair, _window_starts, _windows, argsort_desc
 
 TERM_LOG = 0
 TERM_RECIP = 1
@@ -98,7 +98,7 @@ def ideal_value(gains, group_ptr, kind, k, theta):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def _ideal_value(gains, group_ptr, kind, k, theta, out, idx):
     for q in range(group_ptr.shape[0] - 1):
         g = gains[group_ptr[q]:group_ptr[q + 1]]
@@ -125,7 +125,7 @@ def separable_ve(n, W, gains, order, iz, kind, k, beta, theta):
             W.e[r] = gr * f2 * iz
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def separable_value(gains, inv_z, group_ptr, kind, k, beta, theta, pos):
     """Per-query ``inv_z sum_i g_i t(pos^_i)``; 0 where ``inv_z == 0``."""
     nq = group_ptr.shape[0] - 1
@@ -180,7 +180,7 @@ def ap_work(n):
     )
 
 
-@njit(fastmath=_FM, error_model="numpy", cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
 def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC):
     rE, Qr, S, TS, TD, TC = rE[j0:j1], Qr[j0:j1], S[j0:j1], TS[j0:j1], TD[j0:j1], TC[j0:j1]
     sa = 0.0
@@ -206,7 +206,7 @@ def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC):
     return sa, ts, td, tc
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def ap_relevant(n, W, A, order, rel_local, beta):
     """Relevant documents in sorted order and their windowed second-level sums; returns R."""
     isrel = A.isrel[:n]
@@ -265,7 +265,7 @@ def ap_relevant(n, W, A, order, rel_local, beta):
     return R
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _ap_h(ry, Qr, beta, a, b):
     """H_ab = d2 M / d pos_a d pos_b (times R), a < b in sorted order."""
     e = math.exp(ry[b] - ry[a])
@@ -276,7 +276,7 @@ def _ap_h(ry, Qr, beta, a, b):
     return beta * q * p * (Qa * Qa + Qb * Qb - beta * (p - q) * (Qa - Qb))
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def ap_offdiag(n, R, W, A, beta, ir, Hc):
     """A.off[k] = sum_{a != b relevant} H_ab u_a u_b, u_a = w_ka (u_k = -sum_j w_kj), over the
     window of k (relevant a with |x_k - x_a| <= T) and the second-level window of a. ``Hc``

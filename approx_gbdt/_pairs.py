@@ -73,6 +73,13 @@ _TILE = 2048  # columns per tile in the pair loops (about 16 KB per array)
 # flags, so that LLVM vectorises them, divisions included: 2-5x faster than scalar loops.
 _FM = {"reassoc", "contract", "nsz"}
 
+# Numba builds a Python wrapper and a C wrapper around every function it compiles, and that is
+# a measurable part of a first call's compile time. No compiled function here is passed around
+# as a first-class function, so none needs the C wrapper; a step that only compiled code calls
+# needs no Python wrapper either. Entry points that Python calls keep theirs.
+_STEP = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+_ENTRY = {"no_cfunc_wrapper": True}
+
 PairWork = namedtuple(
     "PairWork", ["x", "ex", "pos", "v", "e", "g", "bnd", "aa", "ab", "aw", "jend", "bend"]
 )
@@ -88,7 +95,7 @@ jend, bend : end of the row's window and of its exp block
 """
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def pair_work(n):
     """A :class:`PairWork` for queries of up to ``n`` documents."""
     return PairWork(
@@ -132,7 +139,7 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
 
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _sort_desc(s, order):
     """Sort ``order`` (in-query indices) by descending ``s``; adaptive, from the last order."""
     n = s.shape[0]
@@ -160,7 +167,7 @@ def _sort_desc(s, order):
         argsort_desc(s, order)
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def argsort_desc(s, out):
     """Fill ``out`` with the indices of ``s`` by descending value, ties in index order (a
     stable bottom-up merge sort, O(n log n); the same order as
@@ -193,7 +200,7 @@ def argsort_desc(s, out):
             out[i] = src[i]
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _windows(x, ex, jend, bend):
     """Window ends (first j with x_r - x_j > T) and exp blocks of span <= L over a
     non-increasing ``x`` (tiny violations, from rounding, are harmless)."""
@@ -218,7 +225,7 @@ def _windows(x, ex, jend, bend):
         r = b
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _window_starts(x, jst):
     """First i with x_i - x_r <= T, for every row r (two-sided window start)."""
     n = x.shape[0]
@@ -239,7 +246,7 @@ def _recip(d):
     return r * (2.0 - d * r)
 
 
-@njit(fastmath=_FM, error_model="numpy", cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
 def _pos_seg(j0, j1, f, ex, col):
     ex = ex[j0:j1]
     col = col[j0:j1]
@@ -270,7 +277,7 @@ def _segment(part, i, lo, hi, bb, x, ex):
     return j0, hi, math.exp(x[bb] - x[i]) if j0 < hi else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
     """Window part of the positions for rows r0..r1-1: row_r += sum_j q_rj, col_j -= q_rj.
 
@@ -290,7 +297,7 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
             row[i] += acc
 
 
-@njit(fastmath=_FM, error_model="numpy", cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
 def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
     ex, v, cg, cb = ex[j0:j1], v[j0:j1], cg[j0:j1], cb[j0:j1]
     gi = 0.0
@@ -309,7 +316,7 @@ def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
     return gi, bi
 
 
-@njit(fastmath=_FM, error_model="numpy", cache=True)
+@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
 def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
     ex, v, ee = ex[j0:j1], v[j0:j1], ee[j0:j1]
     cg, cb, ca, cB, cw = cg[j0:j1], cb[j0:j1], ca[j0:j1], cB[j0:j1], cw[j0:j1]
@@ -340,7 +347,7 @@ def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
     return gi, bi, ai, Bi, wi
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
                 rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
     """Window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
@@ -373,7 +380,7 @@ def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
                 rw[i] += wi
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, **_STEP)
 def _par_positions(x, ex, jend, bend, pos, buf):
     n = x.shape[0]
     nt = buf.shape[0]
@@ -391,7 +398,7 @@ def _par_positions(x, ex, jend, bend, pos, buf):
         pos[r] = acc
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, **_STEP)
 def _par_chain(x, ex, jend, bend, v, ee, need_exact, g, bnd, aa, ab, aw, buf):
     n = x.shape[0]
     nt = buf.shape[0]
@@ -442,10 +449,10 @@ def _positions_rows(n, W):
     pos = W.pos[:n]
     for r in range(n):
         pos[r] = 1.0 + r
-    _pos_rows(0, n, W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], pos, pos)
+    _pos_rows(np.int64(0), n, W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], pos, pos)
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _positions_rows_par(n, W, nt):
     """Sorted-order positions ``W.pos`` of one prepared long query, rows split across threads."""
     _par_positions(W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.pos[:n], np.empty((nt, n)))
@@ -472,11 +479,11 @@ def _sorted_chain(n, W, need_exact):
         aa[r] = 0.0
         ab[r] = 0.0
         aw[r] = 0.0
-    _chain_rows(0, n, W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n],
+    _chain_rows(np.int64(0), n, W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n],
                 need_exact, g, bnd, aa, ab, aw, g, bnd, aa, ab, aw)
 
 
-@njit(cache=True)
+@njit(cache=True, **_STEP)
 def _sorted_chain_par(n, W, need_exact, nt):
     """Sorted-order chain-rule sums of one long query, rows split across threads."""
     _par_chain(W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], need_exact,

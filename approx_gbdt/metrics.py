@@ -41,7 +41,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import argsort_desc
+from approx_gbdt._pairs import _ENTRY, argsort_desc
 from approx_gbdt.hosts import host_data
 from approx_gbdt.utils import MAX_GRADED_LABEL, check_group_ptr
 
@@ -70,7 +70,7 @@ _UNDEFINED = ("exclude", "one", "zero")
 # --------------------------------------------------------------------------------------------
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, **_ENTRY)
 def _ranked_labels(scores, labels, group_ptr, worst):
     """Labels rearranged, within each query, into rank order (descending score; ties by
     ascending label when ``worst``, else in input order)."""
@@ -92,7 +92,7 @@ def _ranked_labels(scores, labels, group_ptr, worst):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def _ndcg_kernel(ranked, group_ptr, k):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
@@ -111,7 +111,7 @@ def _ndcg_kernel(ranked, group_ptr, k):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def _ap_kernel(ranked, group_ptr, k, threshold):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
@@ -132,7 +132,7 @@ def _ap_kernel(ranked, group_ptr, k, threshold):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def _top_k_hits(ranked, group_ptr, k, threshold):
     """Per query: relevant documents in the top ``k`` of the ranked labels, and in all."""
     n_queries = group_ptr.size - 1
@@ -159,7 +159,7 @@ def _recall_kernel(ranked, group_ptr, k, threshold):
     return np.divide(hits, n_rel, out=np.full(hits.shape, np.nan), where=n_rel > 0)
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def _rbp_kernel(ranked, group_ptr, persistence, threshold):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
@@ -178,7 +178,7 @@ def _rbp_kernel(ranked, group_ptr, persistence, threshold):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, **_ENTRY)
 def _mrr_kernel(ranked, group_ptr, threshold):
     n_queries = group_ptr.size - 1
     out = np.empty(n_queries)
