@@ -203,42 +203,53 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     # apply; its bound comes from _ap_grid_bound where that is cheaper than the exact chain.
     # (``n < 0`` is False as a run-time value: a literal False would compile the callee once
     # more.)
-    bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, A.ridx, R, gp)
+    S = _relevant_part(n, W, A, R if grid and need_bound else 0)
+    bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, S.jend[:R], gp)
     _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
                 need_bound and not bound_grid, n < 0, W.v, order, nt)
     if bound_grid:
-        _ap_grid_bound(big, n, W, A, R, nt)
+        _ap_grid_bound(big, n, W, A, R, S, nt)
     _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
                need_exact, wts, grad, hess)
     return 0.0
 
 
 @njit(cache=True, **_STEP)
-def _ap_bound_on_grid(x, jend, n, ridx, R, grid_mode):
+def _relevant_part(n, W, A, R):
+    """The query reduced to its first ``R`` relevant documents, in sorted order: their ``x``
+    and ``v`` (``e = 0``) and their windows and exp blocks."""
+    S = pair_work(R)
+    ridx = A.ridx
+    for a in range(R):
+        S.x[a] = W.x[ridx[a]]
+        S.v[a] = W.v[ridx[a]]
+        S.e[a] = 0.0
+    _windows(S.x[:R], S.ex[:R], S.jend[:R], S.bend[:R])
+    return S
+
+
+@njit(cache=True, **_STEP)
+def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     """Whether ApproxAP's bound of a query whose positions took the grid is cheaper by
-    :func:`_ap_grid_bound` than by the exact windowed chain (``grid_mode`` 1: always). The
-    cost model, fitted on one thread: exact chain ~ 0.37 ns per window pair; grid bound ~
-    0.2 us per document + 0.37 us per pair of partner boxes + 0.78 ns per window pair of
-    relevant documents."""
+    :func:`_ap_grid_bound` than by the exact windowed chain (``grid_mode`` 1: always);
+    ``rel_jend`` are the window ends of the query reduced to its relevant documents
+    (:func:`_relevant_part`). The cost model, fitted on one thread: exact chain ~ 0.37 ns per
+    window pair; grid bound ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.78
+    ns per window pair of relevant documents."""
     if grid_mode > 0:
         return True
     pairs, box_pairs = _costs(x, jend, n)
     rel_pairs = 0
-    j = 0
-    for a in range(R):
-        if j < a + 1:
-            j = a + 1
-        xa = x[ridx[a]]
-        while j < R and xa - x[ridx[j]] <= _T:
-            j += 1
-        rel_pairs += j - a - 1
+    for a in range(rel_jend.shape[0]):
+        rel_pairs += rel_jend[a] - a - 1
     return 0.37 * pairs > 200.0 * n + 370.0 * box_pairs + 0.78 * rel_pairs
 
 
 @njit(cache=True, **_STEP)
-def _ap_grid_bound(big, n, W, A, R, nt):
+def _ap_grid_bound(big, n, W, A, R, S, nt):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
-    O(n) grid work plus the exact windowed loops over the relevant documents only.
+    O(n) grid work plus the exact windowed loops over the relevant documents only (``S``,
+    from :func:`_relevant_part`).
 
     ``v`` is zero on the irrelevant documents, so for an irrelevant ``k`` the bound is the
     kernel sum ``sum_j w_kj |v_j|`` (the grid's chain sum with weights ``|v|``: ``sum_j w_kj
@@ -251,33 +262,24 @@ def _ap_grid_bound(big, n, W, A, R, nt):
     x = W.x[:n]
     v = W.v[:n]
     bnd = W.bnd[:n]
-    tmp = np.empty((6, n))
+    tmp = np.empty((5, n))
     av = tmp[0]
     for r in range(n):
         av[r] = abs(v[r])
     no_cls = W.jend[:0]
     ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
     if big:
-        grid_chain_par(x, av, av, tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], no_cls, ncls, n < 0,
-                       nt)
+        grid_chain_par(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, nt)
     else:
-        grid_chain_seq(x, av, av, tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], no_cls, ncls, n < 0)
-    for r in range(n):
-        bnd[r] = tmp[1, r]
+        grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0)
     if R == 0:
         return
-    S = pair_work(R)
-    ridx = A.ridx
-    for a in range(R):
-        S.x[a] = x[ridx[a]]
-        S.v[a] = v[ridx[a]]
-        S.e[a] = 0.0
-    _windows(S.x[:R], S.ex[:R], S.jend[:R], S.bend[:R])
     if big:
         _sorted_chain_par(R, S, R > 0, nt)
     else:
         _sorted_chain(R, S, R > 0)
     aw = W.aw
+    ridx = A.ridx
     for a in range(R):
         r = ridx[a]
         bnd[r] = abs(v[r]) * (aw[r] - S.aw[a]) + S.bnd[a]
