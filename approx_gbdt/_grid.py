@@ -96,11 +96,7 @@ def _nodes():
     return z, lam
 
 
-# The small node loops (``_lagrange``, ``_matvec_add``, ``_quad``, ``_dot``, ``_reset_prefix``)
-# are compiled once each and inlined by LLVM into their callers. Inlined by Numba instead
-# (``inline="always"``), every one of their dozens of call sites would be typed and lowered
-# on its own: ``_chain_boxes`` alone then took 5 s to compile, against 2.3 s, and ran no faster.
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _lagrange(t, z, lam, out):
     """Values of the ``_P`` Lagrange polynomials of the nodes ``z`` at ``t`` (barycentric)."""
     s = 0.0
@@ -210,7 +206,7 @@ def _boxes(x, t, slot, bid, bstart, nlo, nhi):
     return nb
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _matvec_add(K, w, out):
     for m in range(_P):
         acc = 0.0
@@ -219,7 +215,7 @@ def _matvec_add(K, w, out):
         out[m] += acc
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _quad(L, K):
     """``L^T K L``: the grid's own value of a document's self term (removed exactly)."""
     acc = 0.0
@@ -231,7 +227,7 @@ def _quad(L, K):
     return acc
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _dot(a, b):
     acc = 0.0
     for i in range(_P):
@@ -541,7 +537,7 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst
             bnd[r] = tot + abs(vr) * rest
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _reset_prefix(pv, p1):
     for m in range(_P):
         pv[m] = 0.0
