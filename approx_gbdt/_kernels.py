@@ -339,8 +339,9 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 #
 # Compile time (a new user's first call) shapes these functions. Flags reach the compiled
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
-# literal argument value (zeros are passed as ``np.int64(0)``, and a variable that a loop
-# widens starts as ``np.int64``, or its first, literal type is compiled too). And every
+# literal argument value (zeros are passed as ``np.int64(0)`` unless the constant pays for its
+# compilation, and a variable that a loop widens starts as ``np.int64``, or its first, literal
+# type is compiled too). And every
 # separately compiled function is optimised and turned into machine code on its own and then
 # once more inside each caller, so the call tree is kept shallow: thin steps are
 # ``inline="always"`` (or written into the block). Steps that many callers share (the row
