@@ -341,13 +341,12 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
 # literal argument value (zeros are passed as ``np.int64(0)`` unless the constant pays for its
 # compilation, and a variable that a loop widens starts as ``np.int64``, or its first, literal
-# type is compiled too). And every
-# separately compiled function is optimised and turned into machine code on its own and then
-# once more inside each caller, so the call tree is kept shallow: thin steps are
-# ``inline="always"`` (or written into the block). Steps that many callers share (the row
-# loops ``_pos_rows``/``_chain_rows``, ``pair_work``, the pair loops ``*_seg`` with their own
-# fast-math flags) stay separate: inlined, they would be compiled again in every caller
-# (measured: the first long-query calls took 4-5 s longer).
+# type is compiled too). And every separately compiled function is optimised and turned into
+# machine code on its own and then once more inside each caller, so the call tree is kept
+# shallow: thin steps are ``inline="always"`` (or written into the block). Steps that many
+# callers share (the row loops ``_pos_rows``/``_chain_rows``, ``pair_work``, the pair loops
+# ``*_seg`` with their own fast-math flags) stay separate: inlined, they would be compiled
+# again in every caller (measured: the first long-query calls took 4-5 s longer).
 
 @njit(nogil=True, cache=True, **_ENTRY)
 def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
