@@ -75,6 +75,7 @@ from approx_gbdt._pairs import (
     _sorted_positions,
     _sorted_prep,
     _windows,
+    need_exact_parts,
     pair_work,
 )
 
@@ -285,7 +286,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt):
         bnd[r] = abs(v[r]) * (aw[r] - S.aw[a]) + S.bnd[a]
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
                need_exact, wts, grad, hess):
     """ApproxAP's last steps after the chain-rule sums: the off-diagonal part of the exact
@@ -346,28 +347,44 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # shallow: thin steps are ``inline="always"`` (or written into the block). Steps that many
 # callers share (the row loops ``_pos_rows``/``_chain_rows``, ``pair_work``, the pair loops
 # ``*_seg`` with their own fast-math flags) stay separate: inlined, they would be compiled
-# again in every caller (measured: the first long-query calls took 4-5 s longer).
+# again in every caller (measured: the first long-query calls took 4-5 s longer). The one
+# exception to "flags as arguments" is whether the Hessian mode needs the exact diagonal's
+# sums: the short blocks and the row loop ``_chain_rows_*`` come in two variants with that
+# flag a constant of the function (a closure variable, whose branches Numba removes before
+# typing, so the other variant's pair loop and, for ApproxAP, the off-diagonal part are not
+# compiled). A first call then compiles only what its mode uses: ApproxAP's default Hessian
+# ("bound") needs none of the exact sums, ApproxNDCG's ("mixed") only those.
 
-@njit(nogil=True, cache=True, **_ENTRY)
-def _short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta,
-                 mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
-    W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
-    need_exact = _need_exact(mode)
-    for q in range(q0, q1):
-        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a < 0:
-            continue
-        n = b - a
-        o = order[a:b]
-        _sorted_positions(s[a:b], o, alpha, W)
-        if job == JOB_POSITIONS:
-            for r in range(n):
-                pos[a + o[r]] = W.pos[r]
-            continue
-        separable_ve(n, W, gains[a:b], o, inv_z[q], kind, k, beta, theta)
-        _sorted_chain(n, W, need_exact)
-        _sorted_finish(n, W, o, alpha, mode, floor, constant, normalize, need_exact, W.v[:0],
-                       w_q, grad[a:b], hess[a:b])
+def _make_short_block(exact):
+    """The short tier's block of a separable measure, for Hessian modes that need the exact
+    diagonal's sums (``exact``) or not: a constant of the compiled function, so that a first
+    call compiles only the pair loops its mode uses."""
+
+    @njit(nogil=True, cache=True, **_ENTRY)
+    def short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
+                    theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
+        W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
+        for q in range(q0, q1):
+            a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+            if a < 0:
+                continue
+            n = b - a
+            o = order[a:b]
+            _sorted_positions(s[a:b], o, alpha, W)
+            if job == JOB_POSITIONS:
+                for r in range(n):
+                    pos[a + o[r]] = W.pos[r]
+                continue
+            separable_ve(n, W, gains[a:b], o, inv_z[q], kind, k, beta, theta)
+            _sorted_chain(n, W, exact)
+            _sorted_finish(n, W, o, alpha, mode, floor, constant, normalize, exact, W.v[:0],
+                           w_q, grad[a:b], hess[a:b])
+
+    return short_block
+
+
+_short_block_exact = _make_short_block(True)
+_short_block_bound = _make_short_block(False)
 
 
 @njit(nogil=True, cache=True, **_ENTRY)
@@ -391,26 +408,34 @@ def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
     return pair_work(maxn), ap_work(maxn), np.empty((hmax, hmax))
 
 
-@njit(nogil=True, cache=True, **_ENTRY)
-def _short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
-                    mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
-    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
-    need_exact = _need_exact(mode)
-    for q in range(q0, q1):
-        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a < 0:
-            continue
-        n = b - a
-        o = order[a:b]
-        _sorted_positions(s[a:b], o, alpha, W)
-        R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta)
-        if job == JOB_VALUE:
-            out[q] = ap_value_sum(R, A, inv_z[q])
-            continue
-        ap_ve(n, R, W, A, beta, inv_z[q])
-        _sorted_chain(n, W, need_exact)
-        _ap_finish(n, R, W, A, Hc, o, inv_z[q], alpha, beta, mode, floor, constant, normalize,
-                   need_exact, w_q, grad[a:b], hess[a:b])
+def _make_short_block_ap(exact):
+    """The short tier's block of ApproxAP, as :func:`_make_short_block`."""
+
+    @njit(nogil=True, cache=True, **_ENTRY)
+    def short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+                       mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
+        W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
+        for q in range(q0, q1):
+            a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+            if a < 0:
+                continue
+            n = b - a
+            o = order[a:b]
+            _sorted_positions(s[a:b], o, alpha, W)
+            R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta)
+            if job == JOB_VALUE:
+                out[q] = ap_value_sum(R, A, inv_z[q])
+                continue
+            ap_ve(n, R, W, A, beta, inv_z[q])
+            _sorted_chain(n, W, exact)
+            _ap_finish(n, R, W, A, Hc, o, inv_z[q], alpha, beta, mode, floor, constant,
+                       normalize, exact, w_q, grad[a:b], hess[a:b])
+
+    return short_block_ap
+
+
+_short_block_ap_exact = _make_short_block_ap(True)
+_short_block_ap_bound = _make_short_block_ap(False)
 
 
 @njit(nogil=True, cache=True, **_ENTRY)
@@ -493,7 +518,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     """Run ``job`` on every query, in three tiers by length ``n``:
 
     - ``n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query per
-      thread by the exact windowed loops (:func:`_short_block`);
+      thread by the exact windowed loops (:func:`_make_short_block`);
     - ``short <= n < par_min``: one query per thread, grid where it is cheaper (:func:`_query`);
     - ``n >= par_min``: one query after the other, rows split across the threads.
 
@@ -510,12 +535,17 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     else:
         short = par_min if grid_mode < 0 else min(par_min, GRID_MIN_N)
     coupled = kind == KIND_AP
+    # the short block's variant: the Hessian mode's (the measure's default mode's when only
+    # positions or values are needed)
+    exact = need_exact_parts(mode) if job == JOB_GRAD else not coupled
     if coupled:
-        short_block, long_block = _short_block_ap, _long_block_ap
+        short_block = _short_block_ap_exact if exact else _short_block_ap_bound
+        long_block = _long_block_ap
         args = (job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta, mode, floor,
                 constant, normalize, grad, hess, out, order)
     else:
-        short_block, long_block = _short_block, _long_block
+        short_block = _short_block_exact if exact else _short_block_bound
+        long_block = _long_block
         args = (job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta, mode,
                 floor, constant, normalize, grad, hess, pos, order)
     split = max(par_min, short)

@@ -347,37 +347,59 @@ def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
     return gi, bi, ai, Bi, wi
 
 
-@njit(cache=True, **_STEP)
+def _make_chain_rows(exact):
+    """The window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
+    the columns visited in tiles as in ``_pos_rows``: all five sums (``exact``) or only the
+    gradient and the bound. ``exact`` is a constant of the compiled function, so that each
+    variant compiles only its own pair loop."""
+
+    @njit(cache=True, **_STEP)
+    def chain_rows(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
+        for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
+            for i in range(r0, r1):
+                lo, hi = _tile_span(i, c0, jend)
+                if lo >= hi:
+                    continue
+                gi = bi = ai = Bi = wi = 0.0
+                for part in range(2):
+                    j0, j1, f = _segment(part, i, lo, hi, bend[i], x, ex)
+                    if j0 >= j1:
+                        continue
+                    if exact:
+                        g, b, a, B, w = _chain_seg_exact(j0, j1, f, ex, v, ee, v[i], ee[i],
+                                                         cg, cb, ca, cB, cw)
+                        ai += a
+                        Bi += B
+                        wi += w
+                    else:
+                        g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], cg, cb)
+                    gi += g
+                    bi += b
+                rg[i] += gi
+                rb[i] += bi
+                if exact:
+                    ra[i] += ai
+                    rB[i] += Bi
+                    rw[i] += wi
+
+    return chain_rows
+
+
+_chain_rows_exact = _make_chain_rows(True)
+_chain_rows_bound = _make_chain_rows(False)
+
+
+@njit(inline="always", cache=True)
 def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
                 rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
-    """Window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
-    the columns visited in tiles as in ``_pos_rows``."""
-    for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
-        for i in range(r0, r1):
-            lo, hi = _tile_span(i, c0, jend)
-            if lo >= hi:
-                continue
-            gi = bi = ai = Bi = wi = 0.0
-            for part in range(2):
-                j0, j1, f = _segment(part, i, lo, hi, bend[i], x, ex)
-                if j0 >= j1:
-                    continue
-                if need_exact:
-                    g, b, a, B, w = _chain_seg_exact(j0, j1, f, ex, v, ee, v[i], ee[i],
-                                                     cg, cb, ca, cB, cw)
-                    ai += a
-                    Bi += B
-                    wi += w
-                else:
-                    g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], cg, cb)
-                gi += g
-                bi += b
-            rg[i] += gi
-            rb[i] += bi
-            if need_exact:
-                ra[i] += ai
-                rB[i] += Bi
-                rw[i] += wi
+    """``_chain_rows_exact`` or ``_chain_rows_bound``; a caller whose ``need_exact`` is a
+    constant compiles only that one."""
+    if need_exact:
+        _chain_rows_exact(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw,
+                          cg, cb, ca, cB, cw)
+    else:
+        _chain_rows_bound(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw,
+                          cg, cb, ca, cB, cw)
 
 
 @njit(parallel=True, cache=True, **_STEP)
