@@ -18,6 +18,9 @@ speed_lengths.png:
    total): LightGBM lambdarank and XGBoost rank:ndcg beside approx_ndcg_obj and approx_ap_obj,
    with one and two threads, on a quiet machine and on a busy one (a second CPU-bound process
    running on the same cores during the training), plotted log-log.
+5. The first call with an empty Numba cache (a new user's first run): ApproxNDCG's first
+   ``grad_hess`` and ApproxAP's after it, ApproxAP's as the first call of another process,
+   and the same calls with the cache filled (``cold_start.py`` has every entry point).
 """
 
 from __future__ import annotations
@@ -418,7 +421,27 @@ def _g(x):
     return "n/a" if x is None else f"{x / 1e9:.3f}"
 
 
-def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
+def bench_cold_start():
+    """Fresh processes, each with a new empty ``NUMBA_CACHE_DIR`` (see ``cold_start.py``)."""
+    import tempfile
+
+    sys.path.insert(0, HERE)
+    import cold_start
+
+    ndcg_first = cold_start.STEPS[:2]
+    with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
+        empty = cold_start.run_child(cache, ndcg_first)
+        full = cold_start.run_child(cache, ndcg_first)
+    with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
+        ap_first = cold_start.run_child(cache, cold_start.AP_FIRST)
+    rows = [(f"{label}{' (after ApproxNDCG)' if i else ''}", empty["first"][label],
+             full["first"][label]) for i, (label, _) in enumerate(ndcg_first)]
+    label = cold_start.AP_FIRST[0][0]
+    rows.append((f"{label} as the first call of a process", ap_first["first"][label], None))
+    return rows
+
+
+def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), cold=()):
     import lightgbm
     import numba
     import xgboost
@@ -528,6 +551,19 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=()):
                              f"{'busy' if busy else 'quiet'} | " + " | ".join(cells)
                              + f" | {load} |")
         L.append("")
+    if cold:
+        L.append("## 5. First call with an empty Numba cache\n")
+        L.append("Each column one fresh process with a new `NUMBA_CACHE_DIR` (a new user's first "
+                 "run: Numba compiles the kernels) or the folder the first one filled (every "
+                 "later run: it loads them); 200 generated queries of 20-120 documents. "
+                 "Wall-clock seconds of the call; `benchmarks/cold_start.py` times every "
+                 "entry point. Target: a cold first call under 5 s.\n")
+        L.append("| call | empty cache (s) | full cache (s) |")
+        L.append("|---|---|---|")
+        for label, first, loaded in cold:
+            L.append(f"| {label} | {first:.2f} | "
+                     f"{'n/a' if loaded is None else f'{loaded:.2f}'} |")
+        L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 
@@ -604,16 +640,18 @@ def main():
         huge = bench_huge(20_000) + bench_huge(200_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light-quick", "mslr-quick"], 6)
         lengths = [] if args.skip_training else bench_lengths(20_000, 4)
+        cold = bench_cold_start()
         name = "speed_quick"
     else:
         kernels = bench_kernels(100_000, [10, 100, 1000, 10_000, 100_000], False)
         huge = bench_huge(100_000) + bench_huge(1_000_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light", "mslr"], 8)
         lengths = [] if args.skip_training else bench_lengths(100_000, 6)
+        cold = bench_cold_start()
         name = "speed"
     os.makedirs(RESULTS, exist_ok=True)
     write_report(os.path.join(RESULTS, name + ".md"), cmd, kernels, huge, training,
-                 time.time() - t0, (load0, os.getloadavg()[0]), lengths)
+                 time.time() - t0, (load0, os.getloadavg()[0]), lengths, cold)
     plot(os.path.join(RESULTS, name + "_throughput.png"), kernels)
     if lengths:
         plot_lengths(os.path.join(RESULTS, name + "_lengths.png"), lengths)
