@@ -10,7 +10,12 @@ every pair is saturated (its exact gradient is itself below ~1e-16 of that scale
 else the check is a plain 1e-6 relative one.
 """
 
+import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numba
 import numpy as np
@@ -291,3 +296,27 @@ def test_concurrent_callers_get_the_single_threaded_result():
         for which, (g, h) in pool.map(call, range(24)):
             np.testing.assert_allclose(g, ones[which][0], rtol=1e-12, atol=1e-15)
             np.testing.assert_allclose(h, ones[which][1], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("measure, compiled", [
+    ("ApproxNDCG", [1, 0, 0]),  # "mixed": no bound-only loop
+    ("ApproxAP", [0, 1, 0]),  # "bound": none of the exact diagonal's sums
+])
+def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, measure,
+                                                                      compiled):
+    # a fresh process with an empty cache, calling the measure's default objective
+    code = textwrap.dedent(f"""
+        import json
+        import numpy as np
+        import approx_gbdt
+        from approx_gbdt import _measure_terms, _pairs
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 3, 200).astype(float)
+        approx_gbdt.{measure}().grad_hess(rng.normal(size=200), y, np.arange(0, 201, 10))
+        print(json.dumps([len(f.signatures) for f in (
+            _pairs._chain_rows_exact, _pairs._chain_rows_bound, _measure_terms.ap_offdiag)]))
+    """)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == compiled
