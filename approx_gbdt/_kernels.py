@@ -74,6 +74,7 @@ from approx_gbdt._pairs import (
     _sorted_finish,
     _sorted_positions,
     _sorted_prep,
+    _variant_named,
     _windows,
     need_exact_parts,
     pair_work,
@@ -107,9 +108,7 @@ def make_work(n):
     return {"order": np.full(n, -1, dtype=np.int32)}
 
 
-@njit(inline="always", cache=True)
-def _need_exact(mode):
-    return mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+_need_exact = njit(inline="always", cache=True)(need_exact_parts)
 
 
 @njit(inline="always", cache=True)
@@ -345,7 +344,7 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # type is compiled too). And every separately compiled function is optimised and turned into
 # machine code on its own and then once more inside each caller, so the call tree is kept
 # shallow: thin steps are ``inline="always"`` (or written into the block). Steps that many
-# callers share (the row loops ``_pos_rows``/``_chain_rows``, ``pair_work``, the pair loops
+# callers share (the row loops ``_pos_rows``/``_chain_rows_*``, ``pair_work``, the pair loops
 # ``*_seg`` with their own fast-math flags) stay separate: inlined, they would be compiled
 # again in every caller (measured: the first long-query calls took 4-5 s longer). The one
 # exception to "flags as arguments" is whether the Hessian mode needs the exact diagonal's
@@ -353,14 +352,13 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # flag a constant of the function (a closure variable, whose branches Numba removes before
 # typing, so the other variant's pair loop and, for ApproxAP, the off-diagonal part are not
 # compiled). A first call then compiles only what its mode uses: ApproxAP's default Hessian
-# ("bound") needs none of the exact sums, ApproxNDCG's ("mixed") only those.
+# ("bound") needs none of the exact sums; ApproxNDCG's ("mixed") skips the bound-only loop.
 
 def _make_short_block(exact):
     """The short tier's block of a separable measure, for Hessian modes that need the exact
     diagonal's sums (``exact``) or not: a constant of the compiled function, so that a first
     call compiles only the pair loops its mode uses."""
 
-    @njit(nogil=True, cache=True, **_ENTRY)
     def short_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                     theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
         W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
@@ -380,7 +378,8 @@ def _make_short_block(exact):
             _sorted_finish(n, W, o, alpha, mode, floor, constant, normalize, exact, W.v[:0],
                            w_q, grad[a:b], hess[a:b])
 
-    return short_block
+    return njit(nogil=True, cache=True, **_ENTRY)(
+        _variant_named(short_block, "_short_block", exact))
 
 
 _short_block_exact = _make_short_block(True)
@@ -411,7 +410,6 @@ def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
 def _make_short_block_ap(exact):
     """The short tier's block of ApproxAP, as :func:`_make_short_block`."""
 
-    @njit(nogil=True, cache=True, **_ENTRY)
     def short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                        mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
         W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
@@ -431,7 +429,8 @@ def _make_short_block_ap(exact):
             _ap_finish(n, R, W, A, Hc, o, inv_z[q], alpha, beta, mode, floor, constant,
                        normalize, exact, w_q, grad[a:b], hess[a:b])
 
-    return short_block_ap
+    return njit(nogil=True, cache=True, **_ENTRY)(
+        _variant_named(short_block_ap, "_short_block_ap", exact))
 
 
 _short_block_ap_exact = _make_short_block_ap(True)

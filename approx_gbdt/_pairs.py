@@ -347,13 +347,21 @@ def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
     return gi, bi, ai, Bi, wi
 
 
+def _variant_named(f, name, exact):
+    """``f`` named after its variant (``name_exact`` or ``name_bound``) before it is compiled:
+    Numba names a function's cache files after its qualified name, and the variants made by
+    one factory would otherwise share them (processes filling one cache at once could then
+    store one variant's code under the other's name)."""
+    f.__name__ = f.__qualname__ = f"{name}_{'exact' if exact else 'bound'}"
+    return f
+
+
 def _make_chain_rows(exact):
     """The window part of the chain-rule sums for rows r0..r1-1 (both ends of every pair), with
     the columns visited in tiles as in ``_pos_rows``: all five sums (``exact``) or only the
     gradient and the bound. ``exact`` is a constant of the compiled function, so that each
     variant compiles only its own pair loop."""
 
-    @njit(cache=True, **_STEP)
     def chain_rows(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
         for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
             for i in range(r0, r1):
@@ -382,7 +390,7 @@ def _make_chain_rows(exact):
                     rB[i] += Bi
                     rw[i] += wi
 
-    return chain_rows
+    return njit(cache=True, **_STEP)(_variant_named(chain_rows, "_chain_rows", exact))
 
 
 _chain_rows_exact = _make_chain_rows(True)

@@ -16,11 +16,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 
+import approx_gbdt
 from approx_gbdt import _kernels as K
 from approx_gbdt import _reference as R
 from approx_gbdt.hosts import doc_weights
@@ -316,7 +318,10 @@ def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, m
         print(json.dumps([len(f.signatures) for f in (
             _pairs._chain_rows_exact, _pairs._chain_rows_bound, _measure_terms.ap_offdiag)]))
     """)
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    root = Path(approx_gbdt.__file__).resolve().parents[1]  # the package under test
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env)
+                         env=env, cwd=root)
+    assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == compiled
