@@ -261,7 +261,12 @@ NATIVE = {
 # Pointwise regression on the labels, each host's own: baselines that tell the trees from the
 # ranking loss (not peers: the best-peer ratio ignores them).
 POINTWISE = {"lgb": ("regression",), "xgb": ("reg:squarederror",), "cb": ("RMSE",)}
-APPROX = (*OBJECTIVES, "soft_ndcg")  # the registry (approx_ndcg, approx_ap, ...), SoftNDCG
+# Weighted pairwise logistic losses of the literature (benchmark only, for screening:
+# benchmarks/_pair_objectives.py): NDCG-Loss2++ of LambdaLoss, YetiRank's pair weights.
+BENCH_PAIR = ("lambdaloss", "yetirank_pairs")
+# The registry (approx_ndcg, approx_ap, ...), SoftNDCG and the benchmark's pair losses: the
+# objectives the benchmark hands to a host as Python objects.
+APPROX = (*OBJECTIVES, "soft_ndcg", *BENCH_PAIR)
 # The classic boosted rankers (approx_gbdt.AdaRank / RankBoost): library -> objectives.
 BOOSTED = {"ada": ("ndcg", "map"), "rb": ("rankboost",)}
 NN_LOSSES = ("approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle")
@@ -351,7 +356,22 @@ def split_methods(items) -> list[str]:
 _SOFT_NDCG = []  # one default SoftNDCG instance, made on first use
 
 
+def _pair_objectives():
+    """benchmarks/_pair_objectives.py, loaded by path (the benchmarks are not a package)."""
+    import importlib.util
+
+    if "_pair_objectives" not in sys.modules:
+        path = Path(__file__).resolve().parent / "_pair_objectives.py"
+        spec = importlib.util.spec_from_file_location("_pair_objectives", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_pair_objectives"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["_pair_objectives"]
+
+
 def _default_objective(name):
+    if name in BENCH_PAIR:
+        return _pair_objectives().BENCH_PAIR_OBJECTIVES[name]()
     if name == "soft_ndcg":
         if not _SOFT_NDCG:
             from approx_gbdt import SoftNDCG
@@ -366,7 +386,7 @@ def _objective_params(name) -> list[str]:
 
 
 # Objective options of the benchmark only (screening ideas, not package options).
-BENCH_OBJECTIVE_OPTIONS = ("softmax_mix",)
+BENCH_OBJECTIVE_OPTIONS = ("softmax_mix", "lambdaloss_mix")
 
 
 def _softmax_grad_hess(scores, labels, group_ptr):
@@ -395,14 +415,19 @@ class SoftmaxMix:
     cross-entropy of :func:`_softmax_grad_hess` (gradients and Hessians mixed), for LightGBM
     (``f(preds, lgb.Dataset)``) and CatBoost (``grad_hess``, through ``CatBoostObjective``)."""
 
+    option = "softmax_mix"
+
     def __init__(self, objective, weight):
         if not 0.0 <= weight <= 1.0:
-            raise ValueError(f"softmax_mix must be in [0, 1], got {weight!r}")
+            raise ValueError(f"{self.option} must be in [0, 1], got {weight!r}")
         self.objective, self.weight = objective, float(weight)
+
+    def _other(self, scores, labels, group_ptr):
+        return _softmax_grad_hess(scores, labels, group_ptr)
 
     def grad_hess(self, scores, labels, group_ptr):
         g1, h1 = self.objective.grad_hess(scores, labels, group_ptr)
-        g2, h2 = _softmax_grad_hess(scores, labels, group_ptr)
+        g2, h2 = self._other(scores, labels, group_ptr)
         w = self.weight
         return (1.0 - w) * g1 + w * g2, (1.0 - w) * h1 + w * h2
 
@@ -414,7 +439,17 @@ class SoftmaxMix:
         return self.grad_hess(preds, labels, ptr)
 
     def __repr__(self):
-        return f"SoftmaxMix({self.objective!r}, weight={self.weight:g})"
+        return f"{type(self).__name__}({self.objective!r}, weight={self.weight:g})"
+
+
+class LambdaLossMix(SoftmaxMix):
+    """As :class:`SoftmaxMix`, with LambdaLoss's NDCG-Loss2++ (``mu`` 10, normalised;
+    benchmarks/_pair_objectives.py) in place of the softmax cross-entropy."""
+
+    option = "lambdaloss_mix"
+
+    def _other(self, scores, labels, group_ptr):
+        return _pair_objectives().LambdaLoss2pp().grad_hess(scores, labels, group_ptr)
 
 
 def make_objective(name: str, options: dict, seed: int | None = None):
@@ -423,11 +458,13 @@ def make_objective(name: str, options: dict, seed: int | None = None):
     With a ``seed``, an objective with stochastic smoothing (``noise > 0``) and no
     ``random_state`` of its own gets ``random_state=seed``, so that the benchmark's seeds
     vary the noise as they vary the learner. ``softmax_mix=w`` (benchmark only) mixes in the
-    softmax cross-entropy with weight ``w`` (:class:`SoftmaxMix`)."""
-    if "softmax_mix" in options:
-        options = dict(options)
-        weight = options.pop("softmax_mix")
-        return SoftmaxMix(make_objective(name, options, seed), weight)
+    softmax cross-entropy with weight ``w`` (:class:`SoftmaxMix`), ``lambdaloss_mix=w``
+    LambdaLoss's NDCG-Loss2++ (:class:`LambdaLossMix`)."""
+    for mix in (SoftmaxMix, LambdaLossMix):
+        if mix.option in options:
+            options = dict(options)
+            weight = options.pop(mix.option)
+            return mix(make_objective(name, options, seed), weight)
     default = _default_objective(name)
     if seed is not None and "random_state" not in options and (
         options.get("noise", getattr(default, "noise", 0.0)) > 0
