@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from approx_gbdt import _kernels as K
+from approx_gbdt import _lambdaloss as LL
 from approx_gbdt import _pair_forces as P
 from approx_gbdt import _reference as R
 from approx_gbdt._measure_terms import TERM_LOG, ideal_value, separable_value
@@ -95,6 +96,14 @@ def _positive_float(name, value):
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return value
+
+
+def _check_weight(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return float(value)
 
 
 def _check_k(k):
@@ -615,6 +624,22 @@ class ApproxNDCG(_ApproxObjective):
         (:func:`gumbel_perturbed`). ``value`` is never perturbed.
     random_state : int or None, default 0
         Seed of the noise; the same seed reproduces a training run exactly.
+    lambdaloss : float in [0, 1], default 0.0
+        Weight ``w`` of LambdaLoss's NDCG-Loss2++ (Wang et al. 2018) in the objective: the
+        gradient and Hessian are ``(1 - w)`` times those above plus ``w`` times those of
+
+        .. math::
+
+            \sum_{y_i > y_j} w_{ij} \log(1 + e^{-(s_i - s_j)}), \quad
+            w_{ij} = \frac{G_i - G_j}{Z} \Big( \Big|\frac{1}{D(r_i)} - \frac{1}{D(r_j)}\Big|
+            + \mu \Big(\frac{1}{D(d)} - \frac{1}{D(d + 1)}\Big) \Big)
+
+        with :math:`r` the exact positions by the current scores (ties by index), held fixed
+        while differentiating, :math:`d = |r_i - r_j|`, :math:`D(x) = \log_2(1 + x)`,
+        :math:`\mu = 10`; its Hessian is its exact diagonal (``hessian`` applies to the
+        ApproxNDCG part), each part normalised per query as ``normalize`` says. A full-list
+        option (``k`` must be None); an O(n^2) pair loop per query
+        (approx_gbdt._lambdaloss). ``value`` stays ApproxNDCG.
     """
 
     def __init__(
@@ -631,6 +656,7 @@ class ApproxNDCG(_ApproxObjective):
         pair_force="tangent",
         noise=0.0,
         random_state=0,
+        lambdaloss=0.0,
     ):
         super().__init__(
             alpha=alpha,
@@ -647,6 +673,9 @@ class ApproxNDCG(_ApproxObjective):
         self._check_chord_hessian(hessian)
         self.noise = _check_noise(noise, random_state)
         self.random_state = random_state
+        self.lambdaloss = _check_weight("lambdaloss", lambdaloss)
+        if self.lambdaloss and self._k:
+            raise ValueError(f"lambdaloss is a full-list option: k must be None, got k={k!r}")
 
     def _check_chord_hessian(self, hessian):
         if self.pair_force != "tangent" and hessian in ("exact", "abs"):
@@ -663,6 +692,8 @@ class ApproxNDCG(_ApproxObjective):
             text += f", pair_force={self.pair_force!r}"
         if self.noise:
             text += f", noise={self.noise:g}, random_state={self.random_state!r}"
+        if self.lambdaloss:
+            text += f", lambdaloss={self.lambdaloss:g}"
         return text
 
     def _prep_key(self):
@@ -709,6 +740,15 @@ class ApproxNDCG(_ApproxObjective):
             warn_if_saturated(self, s, prep, grad, weights)
         if self._k:
             warn_if_truncated_away(self, prep, grad, weights)
+        if self.lambdaloss:
+            w = self.lambdaloss
+            g2 = np.empty_like(s)
+            h2 = np.empty_like(s)
+            a = prep.arrays
+            LL.lambdaloss_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, weights, LL.MU,
+                                    self.normalize, g2, h2)
+            grad = (1.0 - w) * grad + w * g2
+            hess = (1.0 - w) * hess + w * h2
         return grad, hess
 
 

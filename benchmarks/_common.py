@@ -386,7 +386,7 @@ def _objective_params(name) -> list[str]:
 
 
 # Objective options of the benchmark only (screening ideas, not package options).
-BENCH_OBJECTIVE_OPTIONS = ("softmax_mix", "lambdaloss_mix")
+BENCH_OBJECTIVE_OPTIONS = ("softmax_mix",)
 
 
 def _softmax_grad_hess(scores, labels, group_ptr):
@@ -415,19 +415,14 @@ class SoftmaxMix:
     cross-entropy of :func:`_softmax_grad_hess` (gradients and Hessians mixed), for LightGBM
     (``f(preds, lgb.Dataset)``) and CatBoost (``grad_hess``, through ``CatBoostObjective``)."""
 
-    option = "softmax_mix"
-
     def __init__(self, objective, weight):
         if not 0.0 <= weight <= 1.0:
-            raise ValueError(f"{self.option} must be in [0, 1], got {weight!r}")
+            raise ValueError(f"softmax_mix must be in [0, 1], got {weight!r}")
         self.objective, self.weight = objective, float(weight)
-
-    def _other(self, scores, labels, group_ptr):
-        return _softmax_grad_hess(scores, labels, group_ptr)
 
     def grad_hess(self, scores, labels, group_ptr):
         g1, h1 = self.objective.grad_hess(scores, labels, group_ptr)
-        g2, h2 = self._other(scores, labels, group_ptr)
+        g2, h2 = _softmax_grad_hess(scores, labels, group_ptr)
         w = self.weight
         return (1.0 - w) * g1 + w * g2, (1.0 - w) * h1 + w * h2
 
@@ -439,17 +434,7 @@ class SoftmaxMix:
         return self.grad_hess(preds, labels, ptr)
 
     def __repr__(self):
-        return f"{type(self).__name__}({self.objective!r}, weight={self.weight:g})"
-
-
-class LambdaLossMix(SoftmaxMix):
-    """As :class:`SoftmaxMix`, with LambdaLoss's NDCG-Loss2++ (``mu`` 10, normalised;
-    benchmarks/_pair_objectives.py) in place of the softmax cross-entropy."""
-
-    option = "lambdaloss_mix"
-
-    def _other(self, scores, labels, group_ptr):
-        return _pair_objectives().LambdaLoss2pp().grad_hess(scores, labels, group_ptr)
+        return f"SoftmaxMix({self.objective!r}, weight={self.weight:g})"
 
 
 def make_objective(name: str, options: dict, seed: int | None = None):
@@ -458,13 +443,11 @@ def make_objective(name: str, options: dict, seed: int | None = None):
     With a ``seed``, an objective with stochastic smoothing (``noise > 0``) and no
     ``random_state`` of its own gets ``random_state=seed``, so that the benchmark's seeds
     vary the noise as they vary the learner. ``softmax_mix=w`` (benchmark only) mixes in the
-    softmax cross-entropy with weight ``w`` (:class:`SoftmaxMix`), ``lambdaloss_mix=w``
-    LambdaLoss's NDCG-Loss2++ (:class:`LambdaLossMix`)."""
-    for mix in (SoftmaxMix, LambdaLossMix):
-        if mix.option in options:
-            options = dict(options)
-            weight = options.pop(mix.option)
-            return mix(make_objective(name, options, seed), weight)
+    softmax cross-entropy with weight ``w`` (:class:`SoftmaxMix`)."""
+    if "softmax_mix" in options:
+        options = dict(options)
+        weight = options.pop("softmax_mix")
+        return SoftmaxMix(make_objective(name, options, seed), weight)
     default = _default_objective(name)
     if seed is not None and "random_state" not in options and (
         options.get("noise", getattr(default, "noise", 0.0)) > 0

@@ -2,21 +2,18 @@
 
 Both are ``L = sum_{(i, j)} w_ij log(1 + exp(-(s_i - s_j)))`` over pairs in which ``i`` has the
 higher label, with pair weights ``w_ij`` computed from the current scores and held fixed while
-differentiating (as LambdaMART and LambdaLoss do). Per pair, with ``p = sigmoid(s_i - s_j)``:
-``dL/ds_i = -w (1 - p)``, ``dL/ds_j = +w (1 - p)``, and the Hessian diagonal gets
-``w p (1 - p)`` on both. Each query's gradient and Hessian are then scaled by
-``log2(1 + S) / S``, ``S = sum |dL/ds|`` (the approx objectives' ``normalize``, LightGBM
-lambdarank's ``lambdarank_norm``).
+differentiating (as LambdaMART and LambdaLoss do), normalised per query as the approx
+objectives (``log2(1 + S) / S``, ``S = sum |dL/ds|``).
 
-- :class:`LambdaLoss2pp` (Wang et al., CIKM 2018, NDCG-Loss2++): with ``r`` the 1-based
-  positions by the current scores (ties by index), ``G = 2^y - 1``, ``D(x) = log2(1 + x)``,
-  ``w_ij = |G_i - G_j| / maxDCG * (|1/D(r_i) - 1/D(r_j)| + mu * delta_ij)``,
-  ``delta_ij = |1/D(|r_i - r_j|) - 1/D(|r_i - r_j| + 1)|``.
+- :class:`LambdaLoss2pp`: LambdaLoss's NDCG-Loss2++ (Wang et al., CIKM 2018) with any ``mu``,
+  by the package's kernel (``approx_gbdt._lambdaloss``; ``ApproxNDCG(lambdaloss=w)`` mixes it
+  in with ``mu = 10``).
 - :class:`YetiRankPairs` (Gulin et al. 2011; CatBoost's ``YetiRank``): ``permutations`` times,
   sort the query by ``s + eps`` (``eps`` standard logistic per document, a fresh draw each
   call); each pair of neighbours ``(k, k + 1)`` of that order with different labels gets
   ``0.15 decay^k |y_a - y_b|`` (``k`` 0-based); the weights are averaged over the
-  permutations.
+  permutations. With ``p = sigmoid(s_i - s_j)`` a pair adds ``-w (1 - p)`` to ``dL/ds_i``,
+  ``+w (1 - p)`` to ``dL/ds_j`` and ``w p (1 - p)`` to both Hessian diagonals.
 """
 
 from __future__ import annotations
@@ -24,77 +21,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
-@njit(cache=True)
-def _pair_logit(s, lo, win, lose, w, grad, hess):
-    for t in range(win.shape[0]):
-        i, j = lo + win[t], lo + lose[t]
-        x = s[i] - s[j]
-        q = 1.0 / (1.0 + np.exp(x))  # 1 - p
-        g = w[t] * q
-        h = w[t] * q * (1.0 - q)
-        grad[i] -= g
-        grad[j] += g
-        hess[i] += h
-        hess[j] += h
-
-
-@njit(cache=True)
-def _normalize(grad, hess, lo, hi):
-    total = 0.0
-    for i in range(lo, hi):
-        total += abs(grad[i])
-    if total > 0.0:
-        scale = np.log2(1.0 + total) / total
-        for i in range(lo, hi):
-            grad[i] *= scale
-            hess[i] *= scale
-
-
-@njit(cache=True)
-def _lambdaloss_grad_hess(s, y, ptr, mu, normalize):
-    n = s.shape[0]
-    grad = np.zeros(n)
-    hess = np.zeros(n)
-    for q in range(ptr.shape[0] - 1):
-        lo, hi = ptr[q], ptr[q + 1]
-        m = hi - lo
-        if m < 2:
-            continue
-        order = np.argsort(-s[lo:hi], kind="mergesort")
-        rank = np.empty(m, np.int64)
-        for k in range(m):
-            rank[order[k]] = k + 1
-        gains = 2.0 ** y[lo:hi] - 1.0
-        ideal = np.sort(gains)[::-1]
-        max_dcg = 0.0
-        for k in range(m):
-            max_dcg += ideal[k] / np.log2(2.0 + k)
-        if max_dcg <= 0.0:
-            continue
-        npairs = 0
-        for a in range(m):
-            for b in range(m):
-                if y[lo + a] > y[lo + b]:
-                    npairs += 1
-        win = np.empty(npairs, np.int64)
-        lose = np.empty(npairs, np.int64)
-        w = np.empty(npairs)
-        t = 0
-        for a in range(m):
-            for b in range(m):
-                if y[lo + a] > y[lo + b]:
-                    ra, rb = rank[a], rank[b]
-                    d = abs(ra - rb)
-                    rho = abs(1.0 / np.log2(1.0 + ra) - 1.0 / np.log2(1.0 + rb))
-                    delta = abs(1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d))
-                    win[t], lose[t] = a, b
-                    w[t] = (gains[a] - gains[b]) / max_dcg * (rho + mu * delta)
-                    t += 1
-        _pair_logit(s, lo, win, lose, w, grad, hess)
-        if normalize:
-            _normalize(grad, hess, lo, hi)
-    return grad, hess
+from approx_gbdt import ApproxNDCG
+from approx_gbdt._lambdaloss import lambdaloss_grad_hess
+from approx_gbdt._reference import finish_query
 
 
 @njit(cache=True)
@@ -103,16 +32,12 @@ def _yetirank_grad_hess(s, y, ptr, eps, decay, normalize):
     perms = eps.shape[0]
     grad = np.zeros(n)
     hess = np.zeros(n)
+    no_weights = np.empty(0)
     for q in range(ptr.shape[0] - 1):
         lo, hi = ptr[q], ptr[q + 1]
         m = hi - lo
         if m < 2:
             continue
-        # neighbour pairs of each permutation: at most perms * (m - 1), merged later by weight
-        win = np.empty(perms * (m - 1), np.int64)
-        lose = np.empty(perms * (m - 1), np.int64)
-        w = np.empty(perms * (m - 1))
-        t = 0
         for p in range(perms):
             order = np.argsort(-(s[lo:hi] + eps[p, lo:hi]), kind="mergesort")
             c = 1.0
@@ -120,13 +45,15 @@ def _yetirank_grad_hess(s, y, ptr, eps, decay, normalize):
                 a, b = order[k - 1], order[k]
                 ya, yb = y[lo + a], y[lo + b]
                 if ya != yb:
-                    win[t], lose[t] = (a, b) if ya > yb else (b, a)
-                    w[t] = 0.15 * c * abs(ya - yb) / perms
-                    t += 1
+                    i, j = (lo + a, lo + b) if ya > yb else (lo + b, lo + a)
+                    w = 0.15 * c * abs(ya - yb) / perms
+                    x = 1.0 / (1.0 + np.exp(s[i] - s[j]))  # 1 - p
+                    grad[i] -= w * x
+                    grad[j] += w * x
+                    hess[i] += w * x * (1.0 - x)
+                    hess[j] += w * x * (1.0 - x)
                 c *= decay
-        _pair_logit(s, lo, win[:t], lose[:t], w[:t], grad, hess)
-        if normalize:
-            _normalize(grad, hess, lo, hi)
+        finish_query(grad[lo:hi], hess[lo:hi], no_weights, normalize)
     return grad, hess
 
 
@@ -163,7 +90,7 @@ class _PairObjective:
 
 
 class LambdaLoss2pp(_PairObjective):
-    """NDCG-Loss2++ (module docstring); ``mu`` weighs the position-difference term."""
+    """NDCG-Loss2++ (module docstring); ``mu`` weighs the rank-distance term."""
 
     _options = ("mu", "normalize")
 
@@ -172,7 +99,11 @@ class LambdaLoss2pp(_PairObjective):
 
     def grad_hess(self, scores, labels, group_ptr):
         s, y, ptr = self._arrays(scores, labels, group_ptr)
-        return _lambdaloss_grad_hess(s, y, ptr, self.mu, self.normalize)
+        a = ApproxNDCG()._prepare(y, ptr, cache=False).arrays
+        grad, hess = np.empty_like(s), np.empty_like(s)
+        lambdaloss_grad_hess(s, a["gains"], a["inv_z"], ptr, np.empty(0), self.mu,
+                             self.normalize, grad, hess)
+        return grad, hess
 
 
 class YetiRankPairs(_PairObjective):

@@ -61,6 +61,49 @@ def autograd_reference(measure, scores, labels, group_ptr, **kw):
     return np.array(values), np.concatenate(grads), np.concatenate(hdiag)
 
 
+def lambdaloss_weights(s, y, *, mu=10.0):
+    """NDCG-Loss2++ pair weights {(i, j): w_ij} for y_i > y_j, from the exact positions of the
+    scores ``s`` (ties by index), by plain loops."""
+    rank = np.empty(len(s), dtype=np.int64)
+    rank[np.argsort(-np.asarray(s), kind="stable")] = np.arange(1, len(s) + 1)
+    gains = 2.0 ** np.asarray(y) - 1.0
+    z = sum(g / np.log2(2.0 + i) for i, g in enumerate(sorted(gains, reverse=True)))
+    out = {}
+    for i in range(len(s)):
+        for j in range(len(s)):
+            if y[i] > y[j]:
+                d = abs(rank[i] - rank[j])
+                rho = abs(1.0 / np.log2(1.0 + rank[i]) - 1.0 / np.log2(1.0 + rank[j]))
+                delta = 1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d)
+                out[i, j] = (gains[i] - gains[j]) / z * (rho + mu * delta)
+    return out
+
+
+def pair_logistic_reference(scores, labels, group_ptr, weights_of, weights=None):
+    """Gradient and exact Hessian diagonal of sum_ij w_ij log(1 + e^-(s_i - s_j)) per query by
+    autograd, the pair weights ``weights_of(s_q, y_q)`` held fixed, each query normalised by
+    log2(1 + S) / S (S = sum |g|) and then multiplied by the per-document ``weights``."""
+    grad, hess = np.zeros(len(scores)), np.zeros(len(scores))
+    for a, b in zip(group_ptr[:-1], group_ptr[1:]):
+        w = weights_of(scores[a:b], labels[a:b])
+        if not w:
+            continue
+
+        def loss(u, w=w):
+            return sum(c * torch.nn.functional.softplus(-(u[i] - u[j]))
+                       for (i, j), c in w.items())
+
+        t = torch.tensor(scores[a:b], dtype=torch.float64, requires_grad=True)
+        (g,) = torch.autograd.grad(loss(t), t)
+        h = torch.autograd.functional.hessian(loss, t.detach()).diagonal()
+        total = g.abs().sum().item()
+        scale = np.log2(1.0 + total) / total if total > 0 else 0.0
+        grad[a:b], hess[a:b] = scale * g.numpy(), scale * h.numpy()
+    if weights is not None:
+        grad, hess = grad * weights, hess * weights
+    return grad, hess
+
+
 def numpy_pairwise(scores, alpha):
     """Dense sig_kj = sigmoid(alpha (s_j - s_k)) and w_kj = sig_kj (1 - sig_kj), zero diagonal."""
     x = alpha * (scores[None, :] - scores[:, None])

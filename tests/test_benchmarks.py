@@ -234,30 +234,6 @@ def test_softmax_mix_gradient_and_hessian_against_autograd():
     assert C.split_options(m) == ({"softmax_mix": 0.5}, {"num_leaves": 7})
 
 
-def _pair_loss_reference(s, y, ptr, weights_of):
-    """Gradient and Hessian diagonal of sum w_ij log(1 + e^-(s_i - s_j)) per query by autograd,
-    the weights held fixed (``weights_of(s_q, y_q)`` -> {(i, j): w}), normalised as the
-    approx objectives' ``normalize``."""
-    import torch
-
-    grad, hess = np.zeros_like(s), np.zeros_like(s)
-    for a, b in zip(ptr[:-1], ptr[1:]):
-        w = weights_of(s[a:b], y[a:b])
-        if not w:
-            continue
-        t = torch.tensor(s[a:b], dtype=torch.float64, requires_grad=True)
-
-        def loss(u, w=w):
-            return sum(c * torch.nn.functional.softplus(-(u[i] - u[j]))
-                       for (i, j), c in w.items())
-
-        (g,) = torch.autograd.grad(loss(t), t)
-        h = torch.autograd.functional.hessian(loss, t).diagonal()
-        total = g.abs().sum().item()
-        scale = np.log2(1 + total) / total if total > 0 else 0.0
-        grad[a:b], hess[a:b] = scale * g.numpy(), scale * h.numpy()
-    return grad, hess
-
 
 def _pair_queries():
     rng = np.random.default_rng(5)
@@ -270,72 +246,50 @@ def _pair_queries():
     return s, y, ptr
 
 
-def test_lambdaloss_pairs_against_autograd():
+def test_lambdaloss_with_another_mu_against_autograd():
     pytest.importorskip("torch")
+    from tests.reference import lambdaloss_weights, pair_logistic_reference
+
     C = _load_common()
     s, y, ptr = _pair_queries()
-
-    def weights(sq, yq):
-        rank = np.empty(len(sq), int)
-        rank[np.argsort(-sq, kind="stable")] = np.arange(1, len(sq) + 1)
-        gains = 2.0 ** yq - 1
-        max_dcg = sum(g / np.log2(2 + k) for k, g in enumerate(sorted(gains, reverse=True)))
-        out = {}
-        for i in range(len(sq)):
-            for j in range(len(sq)):
-                if yq[i] > yq[j]:
-                    d = abs(rank[i] - rank[j])
-                    rho = abs(1 / np.log2(1 + rank[i]) - 1 / np.log2(1 + rank[j]))
-                    delta = abs(1 / np.log2(1 + d) - 1 / np.log2(2 + d))
-                    out[i, j] = (gains[i] - gains[j]) / max_dcg * (rho + 3.0 * delta)
-        return out
-
-    obj = C.make_objective("lambdaloss", {"mu": 3.0})
-    g, h = obj.grad_hess(s, y, ptr)
-    g_ref, h_ref = _pair_loss_reference(s, y, ptr, weights)
+    g, h = C.make_objective("lambdaloss", {"mu": 3.0}).grad_hess(s, y, ptr)
+    g_ref, h_ref = pair_logistic_reference(
+        s, y, ptr, lambda sq, yq: lambdaloss_weights(sq, yq, mu=3.0))
     np.testing.assert_allclose(g, g_ref, atol=1e-12)
     np.testing.assert_allclose(h, h_ref, atol=1e-12)
     assert np.all(g[ptr[3]:ptr[4]] == 0) and g[ptr[1]] == 0
-    g1, h1 = C.make_objective("approx_ndcg", {}).grad_hess(s, y, ptr)
-    g2, h2 = C.make_objective("lambdaloss", {}).grad_hess(s, y, ptr)
-    mix = C.make_objective("approx_ndcg", {"lambdaloss_mix": 0.25})
-    g3, h3 = mix.grad_hess(s, y, ptr)
-    np.testing.assert_allclose(g3, 0.75 * g1 + 0.25 * g2)
-    np.testing.assert_allclose(h3, 0.75 * h1 + 0.25 * h2)
 
 
 def test_yetirank_pairs_against_autograd_and_seeded():
     pytest.importorskip("torch")
+    from tests.reference import pair_logistic_reference
+
     C = _load_common()
     s, y, ptr = _pair_queries()
     perms = 4
     eps = np.random.default_rng(1).logistic(size=(perms, len(s)))
-    offset = {}
 
-    def weights(sq, yq):
-        a = offset["a"]
-        out = {}
-        for p in range(perms):
-            order = np.argsort(-(sq + eps[p, a:a + len(sq)]), kind="stable")
-            for k in range(1, len(sq)):
-                i, j = order[k - 1], order[k]
-                if yq[i] != yq[j]:
-                    key = (i, j) if yq[i] > yq[j] else (j, i)
-                    out[key] = out.get(key, 0.0) + 0.15 * 0.7 ** (k - 1) * abs(
-                        yq[i] - yq[j]) / perms
-        return out
+    def weights(a):
+        def of(sq, yq):
+            out = {}
+            for p in range(perms):
+                order = np.argsort(-(sq + eps[p, a:a + len(sq)]), kind="stable")
+                for k in range(1, len(sq)):
+                    i, j = order[k - 1], order[k]
+                    if yq[i] != yq[j]:
+                        key = (i, j) if yq[i] > yq[j] else (j, i)
+                        out[key] = out.get(key, 0.0) + 0.15 * 0.7 ** (k - 1) * abs(
+                            yq[i] - yq[j]) / perms
+            return out
+        return of
 
     obj = C.make_objective("yetirank_pairs", {"permutations": perms, "decay": 0.7}, seed=3)
     assert obj.random_state == 3
     g, h = obj.grad_hess(s, y, ptr, eps=eps)
-    g_ref, h_ref = [], []
-    for a, b in zip(ptr[:-1], ptr[1:]):
-        offset["a"] = a
-        gq, hq = _pair_loss_reference(s[a:b], y[a:b], np.array([0, b - a]), weights)
-        g_ref.append(gq)
-        h_ref.append(hq)
-    np.testing.assert_allclose(g, np.concatenate(g_ref), atol=1e-12)
-    np.testing.assert_allclose(h, np.concatenate(h_ref), atol=1e-12)
+    ref = [pair_logistic_reference(s[a:b], y[a:b], np.array([0, b - a]), weights(a))
+           for a, b in zip(ptr[:-1], ptr[1:])]
+    np.testing.assert_allclose(g, np.concatenate([r[0] for r in ref]), atol=1e-12)
+    np.testing.assert_allclose(h, np.concatenate([r[1] for r in ref]), atol=1e-12)
     # the random draw: the same seed gives the same sequence of gradients, another seed not
     runs = [[o.grad_hess(s, y, ptr)[0] for _ in range(2)] for o in (
         obj.replace(random_state=3), obj.replace(random_state=3), obj.replace(random_state=4))]

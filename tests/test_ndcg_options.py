@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from approx_gbdt import ApproxNDCG, gumbel_perturbed, make_ranking_splits, metrics
-from tests.reference import autograd_reference
+from tests.reference import autograd_reference, lambdaloss_weights, pair_logistic_reference
 
 RTOL = 1e-6
 
@@ -242,6 +242,12 @@ def test_noisy_training_is_reproducible_and_learns():
     ({"noise": "1"}, TypeError),
     ({"noise": 1.0, "random_state": -2}, ValueError),
     ({"noise": 1.0, "random_state": 1.5}, ValueError),
+    ({"lambdaloss": 1.5}, ValueError),
+    ({"lambdaloss": -0.1}, ValueError),
+    ({"lambdaloss": float("nan")}, ValueError),
+    ({"lambdaloss": "0.5"}, TypeError),
+    ({"lambdaloss": True}, TypeError),
+    ({"lambdaloss": 0.5, "k": 10}, ValueError),
 ])
 def test_bad_options(bad, err):
     with pytest.raises(err):
@@ -252,3 +258,46 @@ def test_chord_rejects_an_exact_hessian_override():
     s, y, ptr = queries(5)
     with pytest.raises(ValueError, match="chord"):
         ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s, y, ptr, hessian="exact")
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_lambdaloss_part_against_autograd(ties):
+    """``lambdaloss=1``: NDCG-Loss2++ with the weights from the exact positions held fixed;
+    per-document weights scale each document after the per-query normalisation."""
+    s, y, ptr = queries(8, ties=ties)
+    g, h = ApproxNDCG(lambdaloss=1.0).grad_hess(s, y, ptr)
+    g_ref, h_ref = pair_logistic_reference(s, y, ptr, lambdaloss_weights)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-10, atol=1e-14)
+    assert np.all(h >= 0) and np.abs(g).max() > 0
+    w = np.random.default_rng(1).uniform(0.5, 2.0, size=s.size)
+    gw, hw = ApproxNDCG(lambdaloss=1.0).grad_hess(s, y, ptr, weights=w)
+    np.testing.assert_allclose(gw, g_ref * w, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(hw, h_ref * w, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("opts", [{}, {"positions": "label_aware", "pair_force": "chord"}])
+def test_lambdaloss_mixes_the_two_parts(opts):
+    s, y, ptr = queries(9)
+    g0, h0 = ApproxNDCG(**opts).grad_hess(s, y, ptr)
+    g1, h1 = ApproxNDCG(**opts, lambdaloss=1.0).grad_hess(s, y, ptr)
+    g, h = ApproxNDCG(**opts, lambdaloss=0.25).grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g, 0.75 * g0 + 0.25 * g1, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(h, 0.75 * h0 + 0.25 * h1, rtol=1e-12, atol=1e-15)
+    g_off, _ = ApproxNDCG(**opts, lambdaloss=0.0).grad_hess(s, y, ptr)
+    np.testing.assert_array_equal(g_off, g0)
+    # ApproxNDCG's value is what value() reports, whatever the mix
+    np.testing.assert_array_equal(ApproxNDCG(**opts, lambdaloss=0.5).value(s, y, ptr),
+                                  ApproxNDCG(**opts).value(s, y, ptr))
+
+
+def test_lambdaloss_gives_zeros_without_pairs_and_keeps_its_settings():
+    s = np.array([0.5, 1.0, 2.0, 3.0, 1.0, 1.0])
+    y = np.array([3.0, 0.0, 0.0, 0.0, 2.0, 2.0])  # one document; none relevant; one grade
+    ptr = np.array([0, 1, 4, 6])
+    g, h = ApproxNDCG(lambdaloss=1.0).grad_hess(s, y, ptr)
+    assert not g.any() and not h.any()
+    obj = ApproxNDCG(lambdaloss=0.5)
+    assert obj.get_params()["lambdaloss"] == 0.5
+    assert "lambdaloss=0.5" in repr(obj)
+    assert obj.replace(alpha=5.0).lambdaloss == 0.5

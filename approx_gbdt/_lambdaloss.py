@@ -1,0 +1,76 @@
+"""LambdaLoss's NDCG-Loss2++ (Wang et al., CIKM 2018): the pair part of ``ApproxNDCG(lambdaloss=)``.
+
+Per query, with ``r`` the 1-based positions by the current scores (ties by document index),
+``G = 2^y - 1``, ``Z`` the ideal DCG, ``D(x) = log2(1 + x)`` and, for each pair with
+``y_i > y_j``,
+
+    w_ij = (G_i - G_j) / Z * ( |1/D(r_i) - 1/D(r_j)| + mu |1/D(d) - 1/D(d + 1)| ),
+    d = |r_i - r_j|,
+
+the loss is ``L = sum_{y_i > y_j} w_ij log(1 + e^{-(s_i - s_j)})`` with the weights held fixed
+(they move only when the ranking does). With ``p = sigmoid(s_i - s_j)`` a pair adds
+``-w (1 - p)`` to ``dL/ds_i``, ``+w (1 - p)`` to ``dL/ds_j`` and ``w p (1 - p)`` to both
+Hessian diagonals (the exact diagonal for fixed weights, never negative). The first term of
+``w`` is LambdaRank's ``|Delta NDCG|`` of swapping the pair, the second (``mu = 10``) favours
+pairs close in rank. Each query's gradient and Hessian are then normalised and weighted as
+the approx objectives' (``finish_query``).
+
+O(n^2) time (every pair of a query) and O(n) memory per query, parallel over queries.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from approx_gbdt._reference import finish_query
+
+MU = 10.0  # weight of the rank-distance term
+
+
+@njit(cache=True)
+def _query(s, gains, inv_z, mu, order, rank, g, h):
+    n = s.shape[0]
+    order[:] = np.argsort(-s, kind="mergesort")
+    for t in range(n):
+        rank[order[t]] = t + 1
+        g[t] = 0.0
+        h[t] = 0.0
+    for i in range(n):
+        for j in range(n):
+            if gains[i] <= gains[j]:
+                continue
+            ri = rank[i]
+            rj = rank[j]
+            d = abs(ri - rj)
+            rho = abs(1.0 / math.log2(1.0 + ri) - 1.0 / math.log2(1.0 + rj))
+            delta = 1.0 / math.log2(1.0 + d) - 1.0 / math.log2(2.0 + d)
+            w = (gains[i] - gains[j]) * inv_z * (rho + mu * delta)
+            q = 1.0 / (1.0 + math.exp(s[i] - s[j]))  # 1 - p
+            g[i] -= w * q
+            g[j] += w * q
+            c = w * q * (1.0 - q)
+            h[i] += c
+            h[j] += c
+
+
+@njit(parallel=True, cache=True)
+def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, normalize, grad, hess):
+    """NDCG-Loss2++ gradient and Hessian diagonal into ``grad`` and ``hess`` (module
+    docstring); ``gains``, ``inv_z`` (0 for a query without a relevant document) and
+    ``weights`` (per document, or empty) as the approx kernels take them."""
+    for q in prange(group_ptr.shape[0] - 1):
+        a = group_ptr[q]
+        b = group_ptr[q + 1]
+        n = b - a
+        if inv_z[q] == 0.0 or n < 2:
+            for i in range(a, b):
+                grad[i] = 0.0
+                hess[i] = 0.0
+            continue
+        idx = np.empty((2, n), dtype=np.int64)
+        _query(s[a:b], gains[a:b], inv_z[q], mu, idx[0], idx[1], grad[a:b], hess[a:b])
+        w_q = weights[a:b] if weights.shape[0] > 0 else weights
+        finish_query(grad[a:b], hess[a:b], w_q, normalize)
