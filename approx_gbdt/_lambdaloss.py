@@ -31,13 +31,15 @@ MU = 10.0  # weight of the rank-distance term
 
 
 @njit(cache=True)
-def _query(s, gains, inv_z, mu, order, rank, g, h):
+def _query(s, gains, inv_z, mu, order, rank, inv_d, g, h):
     n = s.shape[0]
     order[:] = np.argsort(-s, kind="mergesort")
     for t in range(n):
         rank[order[t]] = t + 1
         g[t] = 0.0
         h[t] = 0.0
+    for r in range(1, n + 1):
+        inv_d[r] = 1.0 / math.log2(1.0 + r)  # 1 / D(r)
     for i in range(n):
         for j in range(n):
             if gains[i] <= gains[j]:
@@ -45,8 +47,8 @@ def _query(s, gains, inv_z, mu, order, rank, g, h):
             ri = rank[i]
             rj = rank[j]
             d = abs(ri - rj)
-            rho = abs(1.0 / math.log2(1.0 + ri) - 1.0 / math.log2(1.0 + rj))
-            delta = 1.0 / math.log2(1.0 + d) - 1.0 / math.log2(2.0 + d)
+            rho = abs(inv_d[ri] - inv_d[rj])
+            delta = inv_d[d] - inv_d[d + 1]
             w = (gains[i] - gains[j]) * inv_z * (rho + mu * delta)
             q = 1.0 / (1.0 + math.exp(s[i] - s[j]))  # 1 - p
             g[i] -= w * q
@@ -71,6 +73,7 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, normalize, gra
                 hess[i] = 0.0
             continue
         idx = np.empty((2, n), dtype=np.int64)
-        _query(s[a:b], gains[a:b], inv_z[q], mu, idx[0], idx[1], grad[a:b], hess[a:b])
+        inv_d = np.empty(n + 1)
+        _query(s[a:b], gains[a:b], inv_z[q], mu, idx[0], idx[1], inv_d, grad[a:b], hess[a:b])
         w_q = weights[a:b] if weights.shape[0] > 0 else weights
         finish_query(grad[a:b], hess[a:b], w_q, normalize)
