@@ -15,7 +15,9 @@ Hessian diagonals (the exact diagonal for fixed weights, never negative). The fi
 pairs close in rank. Each query's gradient and Hessian are then normalised and weighted as
 the approx objectives' (``finish_query``).
 
-O(n^2) time (every pair of a query) and O(n) memory per query, parallel over queries.
+O(n^2) time (every pair of a query), or O(top n) when only the pairs with a document among
+the ``top`` first positions count (as LightGBM's ``lambdarank_truncation_level``), and O(n)
+memory per query; parallel over queries.
 """
 
 from __future__ import annotations
@@ -30,8 +32,23 @@ from approx_gbdt._reference import finish_query
 MU = 10.0  # weight of the rank-distance term
 
 
+@njit(inline="always")
+def _add_pair(s, gains, inv_z, mu, inv_d, i, j, ri, rj, g, h):
+    """The pair ``(i, j)``, ``gains[i] > gains[j]``, at positions ``ri`` and ``rj``."""
+    d = abs(ri - rj)
+    rho = abs(inv_d[ri] - inv_d[rj])
+    delta = inv_d[d] - inv_d[d + 1]
+    w = (gains[i] - gains[j]) * inv_z * (rho + mu * delta)
+    q = 1.0 / (1.0 + math.exp(s[i] - s[j]))  # 1 - p
+    g[i] -= w * q
+    g[j] += w * q
+    c = w * q * (1.0 - q)
+    h[i] += c
+    h[j] += c
+
+
 @njit(cache=True)
-def _query(s, gains, inv_z, mu, order, rank, inv_d, g, h):
+def _query(s, gains, inv_z, mu, top, order, rank, inv_d, g, h):
     n = s.shape[0]
     order[:] = np.argsort(-s, kind="mergesort")
     for t in range(n):
@@ -40,29 +57,29 @@ def _query(s, gains, inv_z, mu, order, rank, inv_d, g, h):
         h[t] = 0.0
     for r in range(1, n + 1):
         inv_d[r] = 1.0 / math.log2(1.0 + r)  # 1 / D(r)
-    for i in range(n):
-        for j in range(n):
-            if gains[i] <= gains[j]:
-                continue
-            ri = rank[i]
-            rj = rank[j]
-            d = abs(ri - rj)
-            rho = abs(inv_d[ri] - inv_d[rj])
-            delta = inv_d[d] - inv_d[d + 1]
-            w = (gains[i] - gains[j]) * inv_z * (rho + mu * delta)
-            q = 1.0 / (1.0 + math.exp(s[i] - s[j]))  # 1 - p
-            g[i] -= w * q
-            g[j] += w * q
-            c = w * q * (1.0 - q)
-            h[i] += c
-            h[j] += c
+    if top == 0:  # every pair
+        for i in range(n):
+            for j in range(n):
+                if gains[i] > gains[j]:
+                    _add_pair(s, gains, inv_z, mu, inv_d, i, j, rank[i], rank[j], g, h)
+        return
+    for t in range(min(top, n)):  # the pairs with a document among the top positions
+        a = order[t]
+        for u in range(t + 1, n):
+            b = order[u]
+            if gains[a] > gains[b]:
+                _add_pair(s, gains, inv_z, mu, inv_d, a, b, t + 1, u + 1, g, h)
+            elif gains[b] > gains[a]:
+                _add_pair(s, gains, inv_z, mu, inv_d, b, a, u + 1, t + 1, g, h)
 
 
 @njit(parallel=True, cache=True)
-def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, normalize, grad, hess):
+def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, top, normalize, grad, hess):
     """NDCG-Loss2++ gradient and Hessian diagonal into ``grad`` and ``hess`` (module
-    docstring); ``gains``, ``inv_z`` (0 for a query without a relevant document) and
-    ``weights`` (per document, or empty) as the approx kernels take them."""
+    docstring), over every pair (``top == 0``) or over the pairs with a document among the
+    ``top`` first positions (O(top n) per query); ``gains``, ``inv_z`` (0 for a query without
+    a relevant document) and ``weights`` (per document, or empty) as the approx kernels take
+    them."""
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
         b = group_ptr[q + 1]
@@ -74,6 +91,7 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, normalize, gra
             continue
         idx = np.empty((2, n), dtype=np.int64)
         inv_d = np.empty(n + 1)
-        _query(s[a:b], gains[a:b], inv_z[q], mu, idx[0], idx[1], inv_d, grad[a:b], hess[a:b])
+        _query(s[a:b], gains[a:b], inv_z[q], mu, top, idx[0], idx[1], inv_d, grad[a:b],
+               hess[a:b])
         w_q = weights[a:b] if weights.shape[0] > 0 else weights
         finish_query(grad[a:b], hess[a:b], w_q, normalize)

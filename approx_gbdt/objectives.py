@@ -640,6 +640,10 @@ class ApproxNDCG(_ApproxObjective):
         ApproxNDCG part), each part normalised per query as ``normalize`` says. A full-list
         option (``k`` must be None); an O(n^2) pair loop per query
         (approx_gbdt._lambdaloss). ``value`` stays ApproxNDCG.
+    lambdaloss_top : int or None, default None
+        With ``lambdaloss``, count only the pairs with a document among the ``lambdaloss_top``
+        first positions (as LightGBM's ``lambdarank_truncation_level``): O(top n) per query
+        instead of O(n^2). None counts every pair. Used only with ``lambdaloss``.
     """
 
     def __init__(
@@ -657,6 +661,7 @@ class ApproxNDCG(_ApproxObjective):
         noise=0.0,
         random_state=0,
         lambdaloss=0.0,
+        lambdaloss_top=None,
     ):
         super().__init__(
             alpha=alpha,
@@ -676,6 +681,14 @@ class ApproxNDCG(_ApproxObjective):
         self.lambdaloss = _check_weight("lambdaloss", lambdaloss)
         if self.lambdaloss and self._k:
             raise ValueError(f"lambdaloss is a full-list option: k must be None, got k={k!r}")
+        if lambdaloss_top is not None and (
+            isinstance(lambdaloss_top, bool) or not isinstance(lambdaloss_top, numbers.Integral)
+        ):
+            raise TypeError(f"lambdaloss_top must be a positive integer or None, got "
+                            f"{lambdaloss_top!r}")
+        if lambdaloss_top is not None and lambdaloss_top < 1:
+            raise ValueError(f"lambdaloss_top must be a positive integer, got {lambdaloss_top!r}")
+        self.lambdaloss_top = lambdaloss_top
 
     def _check_chord_hessian(self, hessian):
         if self.pair_force != "tangent" and hessian in ("exact", "abs"):
@@ -694,6 +707,8 @@ class ApproxNDCG(_ApproxObjective):
             text += f", noise={self.noise:g}, random_state={self.random_state!r}"
         if self.lambdaloss:
             text += f", lambdaloss={self.lambdaloss:g}"
+        if self.lambdaloss_top is not None:
+            text += f", lambdaloss_top={self.lambdaloss_top}"
         return text
 
     def _prep_key(self):
@@ -746,7 +761,7 @@ class ApproxNDCG(_ApproxObjective):
             h2 = np.empty_like(s)
             a = prep.arrays
             LL.lambdaloss_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, weights, LL.MU,
-                                    self.normalize, g2, h2)
+                                    self.lambdaloss_top or 0, self.normalize, g2, h2)
             grad = (1.0 - w) * grad + w * g2
             hess = (1.0 - w) * hess + w * h2
         return grad, hess

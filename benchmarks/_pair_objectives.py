@@ -101,7 +101,7 @@ class LambdaLoss2pp(_PairObjective):
         s, y, ptr = self._arrays(scores, labels, group_ptr)
         a = ApproxNDCG()._prepare(y, ptr, cache=False).arrays
         grad, hess = np.empty_like(s), np.empty_like(s)
-        lambdaloss_grad_hess(s, a["gains"], a["inv_z"], ptr, np.empty(0), self.mu,
+        lambdaloss_grad_hess(s, a["gains"], a["inv_z"], ptr, np.empty(0), self.mu, 0,
                              self.normalize, grad, hess)
         return grad, hess
 

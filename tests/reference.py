@@ -61,9 +61,10 @@ def autograd_reference(measure, scores, labels, group_ptr, **kw):
     return np.array(values), np.concatenate(grads), np.concatenate(hdiag)
 
 
-def lambdaloss_weights(s, y, *, mu=10.0):
+def lambdaloss_weights(s, y, *, mu=10.0, top=None):
     """NDCG-Loss2++ pair weights {(i, j): w_ij} for y_i > y_j, from the exact positions of the
-    scores ``s`` (ties by index), by plain loops."""
+    scores ``s`` (ties by index), by plain loops; with ``top``, only the pairs with a position
+    at most ``top``."""
     rank = np.empty(len(s), dtype=np.int64)
     rank[np.argsort(-np.asarray(s), kind="stable")] = np.arange(1, len(s) + 1)
     gains = 2.0 ** np.asarray(y) - 1.0
@@ -71,7 +72,7 @@ def lambdaloss_weights(s, y, *, mu=10.0):
     out = {}
     for i in range(len(s)):
         for j in range(len(s)):
-            if y[i] > y[j]:
+            if y[i] > y[j] and (top is None or min(rank[i], rank[j]) <= top):
                 d = abs(rank[i] - rank[j])
                 rho = abs(1.0 / np.log2(1.0 + rank[i]) - 1.0 / np.log2(1.0 + rank[j]))
                 delta = 1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d)
