@@ -16,8 +16,8 @@ pairs close in rank. Each query's gradient and Hessian are then normalised and w
 the approx objectives' (``finish_query``).
 
 O(n^2) time (every pair of a query), or O(top n) when only the pairs with a document among
-the ``top`` first positions count (as LightGBM's ``lambdarank_truncation_level``), and O(n)
-memory per query; parallel over queries.
+the ``top`` first positions (as LightGBM's ``lambdarank_truncation_level``) or at most ``top``
+positions apart count, and O(n) memory per query; parallel over queries.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def _query(s, gains, inv_z, mu, top, order, rank, inv_d, g, h):
                 if gains[i] > gains[j]:
                     _add_pair(s, gains, inv_z, mu, inv_d, i, j, rank[i], rank[j], g, h)
         return
-    for t in range(min(top, n)):  # the pairs with a document among the top positions
+    for t in range(n):  # a pair with a document among the first ``top`` or ``top`` apart
         a = order[t]
-        for u in range(t + 1, n):
+        for u in range(t + 1, n if t < top else min(n, t + top + 1)):
             b = order[u]
             if gains[a] > gains[b]:
                 _add_pair(s, gains, inv_z, mu, inv_d, a, b, t + 1, u + 1, g, h)
@@ -77,9 +77,9 @@ def _query(s, gains, inv_z, mu, top, order, rank, inv_d, g, h):
 def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, top, normalize, grad, hess):
     """NDCG-Loss2++ gradient and Hessian diagonal into ``grad`` and ``hess`` (module
     docstring), over every pair (``top == 0``) or over the pairs with a document among the
-    ``top`` first positions (O(top n) per query); ``gains``, ``inv_z`` (0 for a query without
-    a relevant document) and ``weights`` (per document, or empty) as the approx kernels take
-    them."""
+    ``top`` first positions or at most ``top`` positions apart (O(top n) per query);
+    ``gains``, ``inv_z`` (0 for a query without a relevant document) and ``weights`` (per
+    document, or empty) as the approx kernels take them."""
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
         b = group_ptr[q + 1]

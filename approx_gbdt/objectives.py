@@ -640,10 +640,11 @@ class ApproxNDCG(_ApproxObjective):
         ApproxNDCG part), each part normalised per query as ``normalize`` says. A full-list
         option (``k`` must be None); an O(n^2) pair loop per query
         (approx_gbdt._lambdaloss). ``value`` stays ApproxNDCG.
-    lambdaloss_top : int or None, default None
-        With ``lambdaloss``, count only the pairs with a document among the ``lambdaloss_top``
-        first positions (as LightGBM's ``lambdarank_truncation_level``): O(top n) per query
-        instead of O(n^2). None counts every pair. Used only with ``lambdaloss``.
+    lambdaloss_window : int or None, default None
+        With ``lambdaloss``, count only the pairs with a document among the first
+        ``lambdaloss_window`` positions (as LightGBM's ``lambdarank_truncation_level``) or at
+        most ``lambdaloss_window`` positions apart: O(window n) per query instead of O(n^2).
+        None counts every pair. Used only with ``lambdaloss``.
     """
 
     def __init__(
@@ -661,7 +662,7 @@ class ApproxNDCG(_ApproxObjective):
         noise=0.0,
         random_state=0,
         lambdaloss=0.0,
-        lambdaloss_top=None,
+        lambdaloss_window=None,
     ):
         super().__init__(
             alpha=alpha,
@@ -681,14 +682,13 @@ class ApproxNDCG(_ApproxObjective):
         self.lambdaloss = _check_weight("lambdaloss", lambdaloss)
         if self.lambdaloss and self._k:
             raise ValueError(f"lambdaloss is a full-list option: k must be None, got k={k!r}")
-        if lambdaloss_top is not None and (
-            isinstance(lambdaloss_top, bool) or not isinstance(lambdaloss_top, numbers.Integral)
-        ):
-            raise TypeError(f"lambdaloss_top must be a positive integer or None, got "
-                            f"{lambdaloss_top!r}")
-        if lambdaloss_top is not None and lambdaloss_top < 1:
-            raise ValueError(f"lambdaloss_top must be a positive integer, got {lambdaloss_top!r}")
-        self.lambdaloss_top = lambdaloss_top
+        window = lambdaloss_window
+        if window is not None and (isinstance(window, bool)
+                                   or not isinstance(window, numbers.Integral)):
+            raise TypeError(f"lambdaloss_window must be a positive integer or None, got {window!r}")
+        if window is not None and window < 1:
+            raise ValueError(f"lambdaloss_window must be a positive integer, got {window!r}")
+        self.lambdaloss_window = window
 
     def _check_chord_hessian(self, hessian):
         if self.pair_force != "tangent" and hessian in ("exact", "abs"):
@@ -707,8 +707,8 @@ class ApproxNDCG(_ApproxObjective):
             text += f", noise={self.noise:g}, random_state={self.random_state!r}"
         if self.lambdaloss:
             text += f", lambdaloss={self.lambdaloss:g}"
-        if self.lambdaloss_top is not None:
-            text += f", lambdaloss_top={self.lambdaloss_top}"
+        if self.lambdaloss_window is not None:
+            text += f", lambdaloss_window={self.lambdaloss_window}"
         return text
 
     def _prep_key(self):
@@ -761,7 +761,7 @@ class ApproxNDCG(_ApproxObjective):
             h2 = np.empty_like(s)
             a = prep.arrays
             LL.lambdaloss_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, weights, LL.MU,
-                                    self.lambdaloss_top or 0, self.normalize, g2, h2)
+                                    self.lambdaloss_window or 0, self.normalize, g2, h2)
             grad = (1.0 - w) * grad + w * g2
             hess = (1.0 - w) * hess + w * h2
         return grad, hess

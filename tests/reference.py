@@ -61,10 +61,10 @@ def autograd_reference(measure, scores, labels, group_ptr, **kw):
     return np.array(values), np.concatenate(grads), np.concatenate(hdiag)
 
 
-def lambdaloss_weights(s, y, *, mu=10.0, top=None):
+def lambdaloss_weights(s, y, *, mu=10.0, window=None):
     """NDCG-Loss2++ pair weights {(i, j): w_ij} for y_i > y_j, from the exact positions of the
-    scores ``s`` (ties by index), by plain loops; with ``top``, only the pairs with a position
-    at most ``top``."""
+    scores ``s`` (ties by index), by plain loops; with ``window``, only the pairs with a
+    position at most ``window`` or at most ``window`` positions apart."""
     rank = np.empty(len(s), dtype=np.int64)
     rank[np.argsort(-np.asarray(s), kind="stable")] = np.arange(1, len(s) + 1)
     gains = 2.0 ** np.asarray(y) - 1.0
@@ -72,8 +72,9 @@ def lambdaloss_weights(s, y, *, mu=10.0, top=None):
     out = {}
     for i in range(len(s)):
         for j in range(len(s)):
-            if y[i] > y[j] and (top is None or min(rank[i], rank[j]) <= top):
-                d = abs(rank[i] - rank[j])
+            d = abs(rank[i] - rank[j])
+            if y[i] > y[j] and (window is None or min(rank[i], rank[j]) <= window
+                                or d <= window):
                 rho = abs(1.0 / np.log2(1.0 + rank[i]) - 1.0 / np.log2(1.0 + rank[j]))
                 delta = 1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d)
                 out[i, j] = (gains[i] - gains[j]) / z * (rho + mu * delta)

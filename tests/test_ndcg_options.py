@@ -248,9 +248,9 @@ def test_noisy_training_is_reproducible_and_learns():
     ({"lambdaloss": "0.5"}, TypeError),
     ({"lambdaloss": True}, TypeError),
     ({"lambdaloss": 0.5, "k": 10}, ValueError),
-    ({"lambdaloss": 0.5, "lambdaloss_top": 0}, ValueError),
-    ({"lambdaloss": 0.5, "lambdaloss_top": 2.5}, TypeError),
-    ({"lambdaloss": 0.5, "lambdaloss_top": True}, TypeError),
+    ({"lambdaloss": 0.5, "lambdaloss_window": 0}, ValueError),
+    ({"lambdaloss": 0.5, "lambdaloss_window": 2.5}, TypeError),
+    ({"lambdaloss": 0.5, "lambdaloss_window": True}, TypeError),
 ])
 def test_bad_options(bad, err):
     with pytest.raises(err):
@@ -279,17 +279,17 @@ def test_lambdaloss_part_against_autograd(ties):
     np.testing.assert_allclose(hw, h_ref * w, rtol=1e-10, atol=1e-14)
 
 
-@pytest.mark.parametrize("top", [1, 3, 8])
-def test_lambdaloss_top_counts_the_pairs_with_a_top_document(top):
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_lambdaloss_window_counts_top_and_near_pairs(window):
     s, y, ptr = queries(10, ties=True)
-    g, h = ApproxNDCG(lambdaloss=1.0, lambdaloss_top=top).grad_hess(s, y, ptr)
+    g, h = ApproxNDCG(lambdaloss=1.0, lambdaloss_window=window).grad_hess(s, y, ptr)
     g_ref, h_ref = pair_logistic_reference(
-        s, y, ptr, lambda sq, yq: lambdaloss_weights(sq, yq, top=top))
+        s, y, ptr, lambda sq, yq: lambdaloss_weights(sq, yq, window=window))
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(h, h_ref, rtol=1e-10, atol=1e-14)
     full = ApproxNDCG(lambdaloss=1.0).grad_hess(s, y, ptr)
-    assert not np.allclose(g, full[0])  # the 30-document query has pairs below the top
-    every = ApproxNDCG(lambdaloss=1.0, lambdaloss_top=30).grad_hess(s, y, ptr)
+    assert not np.allclose(g, full[0])  # the 30-document query has pairs outside the window
+    every = ApproxNDCG(lambdaloss=1.0, lambdaloss_window=30).grad_hess(s, y, ptr)
     np.testing.assert_allclose(every[0], full[0], rtol=1e-12, atol=1e-15)
 
 
