@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._reference import finish_query
+from approx_gbdt._reference import finish_query, trivial_query
 
 MU = 10.0  # weight of the rank-distance term
 
@@ -84,10 +84,7 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, top, normalize
         a = group_ptr[q]
         b = group_ptr[q + 1]
         n = b - a
-        if inv_z[q] == 0.0 or n < 2:
-            for i in range(a, b):
-                grad[i] = 0.0
-                hess[i] = 0.0
+        if trivial_query(inv_z[q], a, b, grad, hess):
             continue
         idx = np.empty((2, n), dtype=np.int64)
         inv_d = np.empty(n + 1)

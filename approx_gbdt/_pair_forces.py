@@ -58,7 +58,7 @@ from numba import njit, prange
 
 from approx_gbdt._measure_terms import _term
 from approx_gbdt._pairs import _T, HESS_ABS, HESS_EXACT, HESS_MIXED, _hessian_of_loss, argsort_desc
-from approx_gbdt._reference import finish_query
+from approx_gbdt._reference import finish_query, trivial_query
 
 _INV_LN2 = 1.0 / math.log(2.0)
 # Below this gap of smoothed positions the chord slope is the mean of the two tangents
@@ -198,10 +198,7 @@ def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, kind, k,
         a = group_ptr[q]
         b = group_ptr[q + 1]
         n = b - a
-        if inv_z[q] == 0.0 or n < 2:
-            for i in range(a, b):
-                grad[i] = 0.0
-                hess[i] = 0.0
+        if trivial_query(inv_z[q], a, b, grad, hess):
             continue
         work = np.empty((9, n))
         pos, f0, f1, v, e = work[0], work[1], work[2], work[3], work[4]

@@ -80,6 +80,18 @@ def chain_query(s, alpha, v, e, need_exact, g, bnd, acc_a, acc_b, acc_w):
         bnd[i] += bi
 
 
+@njit(inline="always")
+def trivial_query(inv_z_q, a, b, grad, hess):
+    """True, with the query's gradient and Hessian zeroed, when the query ``[a, b)`` has no
+    relevant document (``inv_z_q == 0``) or fewer than two documents."""
+    if inv_z_q != 0.0 and b - a >= 2:
+        return False
+    for i in range(a, b):
+        grad[i] = 0.0
+        hess[i] = 0.0
+    return True
+
+
 @njit(cache=True)
 def finish_query(g, h, weights, normalize):
     """Per-query normalisation log2(1 + S) / S with S = sum |g|, then per-document weights."""
