@@ -26,6 +26,7 @@ per-thread sums, the grid's class labels); the sort order persists between calls
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -585,13 +586,21 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
         gains = s[:0]
     else:
         rel_idx, rel_ptr = _NO_REL, _NO_REL
+    with threads_capped(n_threads) as nt:
+        _schedule(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind,
+                  k, beta, theta, mode, floor, constant, normalize, grad, hess, s[:0],
+                  np.zeros(nq), order, par_min, nt, grid_mode)
+
+
+@contextlib.contextmanager
+def threads_capped(n_threads):
+    """Numba's thread count set to ``n_threads`` (at most ``NUMBA_NUM_THREADS``; None keeps
+    the current one) inside the block, which receives it; restored after."""
     prev = get_num_threads()
     nt = prev if n_threads is None else max(1, min(int(n_threads), config.NUMBA_NUM_THREADS))
     set_num_threads(nt)
     try:
-        _schedule(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind,
-                  k, beta, theta, mode, floor, constant, normalize, grad, hess, s[:0],
-                  np.zeros(nq), order, par_min, nt, grid_mode)
+        yield nt
     finally:
         set_num_threads(prev)
 

@@ -15,9 +15,9 @@ Hessian diagonals (the exact diagonal for fixed weights, never negative). The fi
 pairs close in rank. Each query's gradient and Hessian are then normalised and weighted as
 the approx objectives' (``finish_query``).
 
-O(n^2) time (every pair of a query), or O(top n) when only the pairs with a document among
-the ``top`` first positions (as LightGBM's ``lambdarank_truncation_level``) or at most ``top``
-positions apart count, and O(n) memory per query; parallel over queries.
+O(n^2) time (every pair of a query), or O(window n) when only the pairs with a document among
+the first ``window`` positions (as LightGBM's ``lambdarank_truncation_level``) or at most
+``window`` positions apart count, and O(n) memory per query; parallel over queries.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _add_pair(s, gains, inv_z, mu, inv_d, i, j, ri, rj, g, h):
 
 
 @njit(cache=True)
-def _query(s, gains, inv_z, mu, top, order, rank, inv_d, g, h):
+def _query(s, gains, inv_z, mu, window, order, rank, inv_d, g, h):
     n = s.shape[0]
     order[:] = np.argsort(-s, kind="mergesort")
     for t in range(n):
@@ -57,15 +57,15 @@ def _query(s, gains, inv_z, mu, top, order, rank, inv_d, g, h):
         h[t] = 0.0
     for r in range(1, n + 1):
         inv_d[r] = 1.0 / math.log2(1.0 + r)  # 1 / D(r)
-    if top == 0:  # every pair
+    if window == 0:  # every pair
         for i in range(n):
             for j in range(n):
                 if gains[i] > gains[j]:
                     _add_pair(s, gains, inv_z, mu, inv_d, i, j, rank[i], rank[j], g, h)
         return
-    for t in range(n):  # a pair with a document among the first ``top`` or ``top`` apart
+    for t in range(n):  # a document among the first ``window``, or at most ``window`` apart
         a = order[t]
-        for u in range(t + 1, n if t < top else min(n, t + top + 1)):
+        for u in range(t + 1, n if t < window else min(n, t + window + 1)):
             b = order[u]
             if gains[a] > gains[b]:
                 _add_pair(s, gains, inv_z, mu, inv_d, a, b, t + 1, u + 1, g, h)
@@ -74,10 +74,11 @@ def _query(s, gains, inv_z, mu, top, order, rank, inv_d, g, h):
 
 
 @njit(parallel=True, cache=True)
-def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, top, normalize, grad, hess):
+def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, window, normalize, grad,
+                         hess):
     """NDCG-Loss2++ gradient and Hessian diagonal into ``grad`` and ``hess`` (module
-    docstring), over every pair (``top == 0``) or over the pairs with a document among the
-    ``top`` first positions or at most ``top`` positions apart (O(top n) per query);
+    docstring), over every pair (``window == 0``) or over the pairs with a document among the
+    first ``window`` positions or at most ``window`` positions apart (O(window n) per query);
     ``gains``, ``inv_z`` (0 for a query without a relevant document) and ``weights`` (per
     document, or empty) as the approx kernels take them."""
     for q in prange(group_ptr.shape[0] - 1):
@@ -88,7 +89,7 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, top, normalize
             continue
         idx = np.empty((2, n), dtype=np.int64)
         inv_d = np.empty(n + 1)
-        _query(s[a:b], gains[a:b], inv_z[q], mu, top, idx[0], idx[1], inv_d, grad[a:b],
+        _query(s[a:b], gains[a:b], inv_z[q], mu, window, idx[0], idx[1], inv_d, grad[a:b],
                hess[a:b])
         w_q = weights[a:b] if weights.shape[0] > 0 else weights
         finish_query(grad[a:b], hess[a:b], w_q, normalize)

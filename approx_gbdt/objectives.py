@@ -634,17 +634,19 @@ class ApproxNDCG(_ApproxObjective):
             w_{ij} = \frac{G_i - G_j}{Z} \Big( \Big|\frac{1}{D(r_i)} - \frac{1}{D(r_j)}\Big|
             + \mu \Big(\frac{1}{D(d)} - \frac{1}{D(d + 1)}\Big) \Big)
 
-        with :math:`r` the exact positions by the current scores (ties by index), held fixed
-        while differentiating, :math:`d = |r_i - r_j|`, :math:`D(x) = \log_2(1 + x)`,
-        :math:`\mu = 10`; its Hessian is its exact diagonal (``hessian`` applies to the
-        ApproxNDCG part), each part normalised per query as ``normalize`` says. A full-list
-        option (``k`` must be None); an O(n^2) pair loop per query
-        (approx_gbdt._lambdaloss). ``value`` stays ApproxNDCG.
+        with :math:`r` the exact positions by the scores (ties by index; with ``noise``, the
+        perturbed scores, as for the ApproxNDCG part), held fixed while differentiating,
+        :math:`d = |r_i - r_j|`, :math:`D(x) = \log_2(1 + x)`, :math:`\mu = 10`; its Hessian
+        is its exact diagonal (``hessian`` applies to the ApproxNDCG part). Each part is
+        normalised per query as ``normalize`` says; with ``normalize=False`` the ApproxNDCG
+        part scales with ``alpha`` and ``w`` is no longer a share. A full-list option (``k``
+        must be None); an O(n^2) pair loop per query (approx_gbdt._lambdaloss). ``value``
+        stays ApproxNDCG.
     lambdaloss_window : int or None, default None
         With ``lambdaloss``, count only the pairs with a document among the first
         ``lambdaloss_window`` positions (as LightGBM's ``lambdarank_truncation_level``) or at
         most ``lambdaloss_window`` positions apart: O(window n) per query instead of O(n^2).
-        None counts every pair. Used only with ``lambdaloss``.
+        None counts every pair. Needs ``lambdaloss > 0``.
     """
 
     def __init__(
@@ -688,6 +690,8 @@ class ApproxNDCG(_ApproxObjective):
             raise TypeError(f"lambdaloss_window must be a positive integer or None, got {window!r}")
         if window is not None and window < 1:
             raise ValueError(f"lambdaloss_window must be a positive integer, got {window!r}")
+        if window is not None and not self.lambdaloss:
+            raise ValueError("lambdaloss_window has no effect without lambdaloss > 0")
         self.lambdaloss_window = window
 
     def _check_chord_hessian(self, hessian):
@@ -746,12 +750,14 @@ class ApproxNDCG(_ApproxObjective):
             kind, k, beta, theta = self._term_args()
             grad = np.empty_like(s)
             hess = np.empty_like(s)
-            P.pair_force_grad_hess(
-                s, prep.labels, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha,
-                kind, k, beta, theta, self.positions == "label_aware",
-                self.pair_force != "tangent", self.pair_force == "swap", self._mode(hessian),
-                self.hessian_floor, self.hessian_constant, self.normalize, grad, hess,
-            )
+            with K.threads_capped(n_threads):
+                P.pair_force_grad_hess(
+                    s, prep.labels, a["gains"], a["inv_z"], prep.group_ptr, weights, self.alpha,
+                    kind, k, beta, theta, self.positions == "label_aware",
+                    self.pair_force != "tangent", self.pair_force == "swap",
+                    self._mode(hessian), self.hessian_floor, self.hessian_constant,
+                    self.normalize, grad, hess,
+                )
             warn_if_saturated(self, s, prep, grad, weights)
         if self._k:
             warn_if_truncated_away(self, prep, grad, weights)
@@ -760,8 +766,11 @@ class ApproxNDCG(_ApproxObjective):
             g2 = np.empty_like(s)
             h2 = np.empty_like(s)
             a = prep.arrays
-            LL.lambdaloss_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, weights, LL.MU,
-                                    self.lambdaloss_window or 0, self.normalize, g2, h2)
+            # a window beyond any query's length counts every pair (and fits in int64)
+            window = min(self.lambdaloss_window or 0, prep.labels.shape[0])
+            with K.threads_capped(n_threads):
+                LL.lambdaloss_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, weights,
+                                        LL.MU, window, self.normalize, g2, h2)
             grad = (1.0 - w) * grad + w * g2
             hess = (1.0 - w) * hess + w * h2
         return grad, hess

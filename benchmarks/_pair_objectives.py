@@ -3,7 +3,8 @@
 Both are ``L = sum_{(i, j)} w_ij log(1 + exp(-(s_i - s_j)))`` over pairs in which ``i`` has the
 higher label, with pair weights ``w_ij`` computed from the current scores and held fixed while
 differentiating (as LambdaMART and LambdaLoss do), normalised per query as the approx
-objectives (``log2(1 + S) / S``, ``S = sum |dL/ds|``).
+objectives (``log2(1 + S) / S``, ``S = sum |dL/ds|``). Host weights (a Dataset's
+``weight``) are not applied: the benchmark trains without them.
 
 - :class:`LambdaLoss2pp`: LambdaLoss's NDCG-Loss2++ (Wang et al., CIKM 2018) with any ``mu``,
   by the package's kernel (``approx_gbdt._lambdaloss``; ``ApproxNDCG(lambdaloss=w)`` mixes it

@@ -234,7 +234,6 @@ def test_softmax_mix_gradient_and_hessian_against_autograd():
     assert C.split_options(m) == ({"softmax_mix": 0.5}, {"num_leaves": 7})
 
 
-
 def _pair_queries():
     rng = np.random.default_rng(5)
     sizes = [6, 1, 5, 4, 7]  # a single document, no relevant document, ties

@@ -1,8 +1,10 @@
-"""ApproxNDCG's label-aware positions, chord pair forces and Gumbel noise against references.
+"""ApproxNDCG's label-aware positions, chord pair forces, Gumbel noise and the NDCG-Loss2++
+mix (``lambdaloss``) against references.
 
-The references are written from the formulas in ``approx_gbdt/_pair_forces.py``'s docstring
-with dense tensors: label-aware positions by PyTorch autograd (float64), chord forces (which
-are not a gradient) by a plain NumPy double loop.
+The references are written from the formulas in ``approx_gbdt/_pair_forces.py``'s and
+``approx_gbdt/_lambdaloss.py``'s docstrings with dense tensors: label-aware positions and the
+pairwise logistic loss (its weights from plain loops) by PyTorch autograd (float64), chord
+forces (which are not a gradient) by a plain NumPy double loop.
 """
 
 from __future__ import annotations
@@ -251,6 +253,7 @@ def test_noisy_training_is_reproducible_and_learns():
     ({"lambdaloss": 0.5, "lambdaloss_window": 0}, ValueError),
     ({"lambdaloss": 0.5, "lambdaloss_window": 2.5}, TypeError),
     ({"lambdaloss": 0.5, "lambdaloss_window": True}, TypeError),
+    ({"lambdaloss_window": 30}, ValueError),
 ])
 def test_bad_options(bad, err):
     with pytest.raises(err):
@@ -318,3 +321,31 @@ def test_lambdaloss_gives_zeros_without_pairs_and_keeps_its_settings():
     assert obj.get_params()["lambdaloss"] == 0.5
     assert "lambdaloss=0.5" in repr(obj)
     assert obj.replace(alpha=5.0).lambdaloss == 0.5
+
+
+def test_lambdaloss_with_noise_sees_the_perturbed_scores():
+    s, y, ptr = queries(11)
+    mixed = ApproxNDCG(lambdaloss=0.3, noise=1.0, random_state=5).grad_hess(s, y, ptr)
+    sp = gumbel_perturbed(s, alpha=10.0, noise=1.0, random_state=5)
+    g0, h0 = ApproxNDCG().grad_hess(sp, y, ptr)
+    g_ref, h_ref = pair_logistic_reference(sp, y, ptr, lambdaloss_weights)
+    np.testing.assert_allclose(mixed[0], 0.7 * g0 + 0.3 * g_ref, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(mixed[1], 0.7 * h0 + 0.3 * h_ref, rtol=1e-10, atol=1e-14)
+
+
+def test_lambdaloss_objective_pickles_and_trains():
+    import pickle
+
+    obj = ApproxNDCG(lambdaloss=0.5, lambdaloss_window=5)
+    back = pickle.loads(pickle.dumps(obj))
+    assert back.get_params() == obj.get_params()
+    d = make_ranking_splits((60, 20, 20), seed=6)
+    tr, te = d["train"], d["test"]
+    ds = lgb.Dataset(tr.X, tr.y, group=np.diff(tr.group_ptr))
+    params = {"objective": back, "learning_rate": 0.1, "num_leaves": 7, "verbosity": -1,
+              "num_threads": 1, "deterministic": True, "force_col_wise": True}
+    pred = lgb.train(params, ds, num_boost_round=20).predict(te.X)
+    score = metrics.mean_over_queries(metrics.ndcg(pred, te.y, te.group_ptr, k=10))
+    const = metrics.mean_over_queries(metrics.ndcg(np.zeros(te.y.size), te.y, te.group_ptr,
+                                                   k=10))
+    assert score > const + 0.1

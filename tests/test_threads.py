@@ -47,3 +47,26 @@ def test_thread_cap_gives_the_same_result_and_restores_numba():
     assert get_num_threads() == before
     np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(h1, h0, rtol=1e-12, atol=1e-15)
+
+
+def test_pair_loop_options_follow_the_thread_cap(monkeypatch):
+    """The label-aware / chord pair loop and the NDCG-Loss2++ part run under the host's cap."""
+    from approx_gbdt import _kernels
+
+    calls = []
+    original = _kernels.set_num_threads
+    monkeypatch.setattr(_kernels, "set_num_threads", lambda n: (calls.append(n), original(n)))
+    rng = np.random.default_rng(2)
+    s = rng.normal(size=300)
+    y = rng.integers(0, 5, 300).astype(float)
+    ptr = np.array([0, 40, 300])
+    obj = ApproxNDCG(pair_force="chord", hessian="bound", lambdaloss=0.5)
+    before = get_num_threads()
+    g0, h0 = obj.grad_hess(s, y, ptr)
+    calls.clear()
+    prep = obj._prepare(y, ptr, cache=False)
+    g1, h1 = obj._grad_hess(s, prep, np.empty(0), None, 1)
+    assert calls == [1, before, 1, before]  # capped and restored, once per kernel
+    assert get_num_threads() == before
+    np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(h1, h0, rtol=1e-12, atol=1e-15)
