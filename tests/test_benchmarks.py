@@ -162,6 +162,15 @@ def test_approximation_quick_run_writes_plots(tmp_path):
         assert (tmp_path / f"approximation_generated_{name}.png").stat().st_size > 1000
 
 
+def test_lambdaloss_cost_quick_run_writes_a_table(tmp_path):
+    out = tmp_path / "cost.md"
+    subprocess.run([sys.executable, str(BENCH / "lambdaloss_cost.py"), "--total", "2000",
+                    "--lengths", "10", "100", "--repeats", "1", "--out", str(out)],
+                   check=True, cwd=REPO, capture_output=True)
+    text = out.read_text()
+    assert "| 100 | 20 |" in text and "lambdaloss_window=30" in text
+
+
 def test_neural_linear_qin_writes_markdown(tmp_path):
     pytest.importorskip("torch")
     md = tmp_path / "qin.md"

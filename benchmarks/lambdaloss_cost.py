@@ -1,0 +1,79 @@
+"""What ``ApproxNDCG(lambdaloss=...)`` costs: gradient and Hessian time against the default.
+
+100,000 documents (``--total``) split into queries of 10 to 10,000 documents (``--lengths``),
+N(0, 1) scores, labels 0-4, one thread (the host's ``num_threads=1``), best of ``--repeats``
+calls after a warm-up call; ``ApproxNDCG()``, ``ApproxNDCG(lambdaloss=0.5)`` (every pair) and
+``lambdaloss_window=30``.
+
+Usage::
+
+    python benchmarks/lambdaloss_cost.py --out benchmarks/results/lambdaloss_cost.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+from approx_gbdt import ApproxNDCG  # noqa: E402
+
+OBJECTIVES = {
+    "ApproxNDCG()": ApproxNDCG(),
+    "lambdaloss=0.5": ApproxNDCG(lambdaloss=0.5),
+    "lambdaloss=0.5, lambdaloss_window=30": ApproxNDCG(lambdaloss=0.5, lambdaloss_window=30),
+}
+
+
+def seconds(obj, s, y, ptr, repeats):
+    prep = obj._prepare(y, ptr, cache=False)
+    no_weights = np.empty(0)
+    obj._grad_hess(s, prep, no_weights, None, 1)  # compile / warm up
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        obj._grad_hess(s, prep, no_weights, None, 1)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--total", type=int, default=100_000, help="documents (100,000)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[10, 100, 1000, 10000],
+                        help="documents per query (10 100 1000 10000)")
+    parser.add_argument("--out", type=Path, help="Markdown file (default: print)")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    rows = []
+    total = args.total
+    for n in args.lengths:
+        ptr = np.arange(total // n + 1, dtype=np.int64) * n
+        s = rng.normal(size=ptr[-1])
+        y = rng.integers(0, 5, ptr[-1]).astype(np.float64)
+        times = [seconds(o, s, y, ptr, args.repeats) for o in OBJECTIVES.values()]
+        rows.append([f"{n:,}", f"{total // n:,}"] + [
+            f"{t * 1e3:.1f} ms" + ("" if i == 0 else f" ({t / times[0]:.1f}x)")
+            for i, t in enumerate(times)])
+        print(rows[-1], flush=True)
+    lines = C.header("Cost of ApproxNDCG(lambdaloss=...)", "benchmarks/lambdaloss_cost.py",
+                     sys.argv[1:] if argv is None else argv)
+    lines += [__doc__.split("\n\n")[1].replace("\n", " "), ""]
+    lines += C.md_table(["docs per query", "queries", *OBJECTIVES], rows)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
