@@ -106,14 +106,19 @@ def _check_weight(name, value):
     return float(value)
 
 
-def _check_k(k):
-    if k is None:
+def _check_positive_int(name, value):
+    """``value`` as an int (0 for None) once it is a positive integer or None."""
+    if value is None:
         return 0
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"k must be a positive integer or None, got {k!r}")
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    return int(k)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer or None, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return int(value)
+
+
+def _check_k(k):
+    return _check_positive_int("k", k)
 
 
 def _check_choice(name, value, choices):
@@ -684,15 +689,10 @@ class ApproxNDCG(_ApproxObjective):
         self.lambdaloss = _check_weight("lambdaloss", lambdaloss)
         if self.lambdaloss and self._k:
             raise ValueError(f"lambdaloss is a full-list option: k must be None, got k={k!r}")
-        window = lambdaloss_window
-        if window is not None and (isinstance(window, bool)
-                                   or not isinstance(window, numbers.Integral)):
-            raise TypeError(f"lambdaloss_window must be a positive integer or None, got {window!r}")
-        if window is not None and window < 1:
-            raise ValueError(f"lambdaloss_window must be a positive integer, got {window!r}")
-        if window is not None and not self.lambdaloss:
+        self._window = _check_positive_int("lambdaloss_window", lambdaloss_window)
+        if self._window and not self.lambdaloss:
             raise ValueError("lambdaloss_window has no effect without lambdaloss > 0")
-        self.lambdaloss_window = window
+        self.lambdaloss_window = lambdaloss_window
 
     def _check_chord_hessian(self, hessian):
         if self.pair_force != "tangent" and hessian in ("exact", "abs"):
@@ -767,7 +767,7 @@ class ApproxNDCG(_ApproxObjective):
             h2 = np.empty_like(s)
             a = prep.arrays
             # a window beyond any query's length counts every pair (and fits in int64)
-            window = min(self.lambdaloss_window or 0, prep.labels.shape[0])
+            window = min(self._window, prep.labels.shape[0])
             with K.threads_capped(n_threads):
                 LL.lambdaloss_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, weights,
                                         LL.MU, window, self.normalize, g2, h2)
