@@ -168,7 +168,7 @@ isrel : 1 for a relevant document (in-query order)
 """
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, **_STEP)
 def ap_work(n):
     """An :class:`APWork` for queries of up to ``n`` documents."""
     return APWork(

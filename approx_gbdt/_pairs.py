@@ -167,7 +167,7 @@ def _sort_desc(s, order):
         argsort_desc(s, order)
 
 
-@njit(cache=True, **_ENTRY)
+@njit(cache=True, **_STEP)
 def argsort_desc(s, out):
     """Fill ``out`` with the indices of ``s`` by descending value, ties in index order (a
     stable bottom-up merge sort, O(n log n); the same order as
@@ -523,7 +523,7 @@ def _sorted_chain_par(n, W, need_exact, nt):
                W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, **_STEP)
 def _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off,
                    wts, grad, hess):
     """Combine the sums into the gradient and Hessian of L, normalise, weight and scatter.
