@@ -356,6 +356,8 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # typing, so the other variant's pair loop and, for ApproxAP, the off-diagonal part are not
 # compiled). A first call then compiles only what its mode uses: ApproxAP's default Hessian
 # ("bound") needs none of the exact sums; ApproxNDCG's ("mixed") skips the bound-only loop.
+# The variants pass that constant on to ``_sorted_finish``, which Numba then compiles for the
+# literal (once per variant, and once more for the long tiers' run-time flag).
 
 def _make_short_block(exact):
     """The short tier's block of a separable measure, for Hessian modes that need the exact
