@@ -348,7 +348,7 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # callers share (the row loops ``_pos_rows``/``_chain_rows_*``, ``pair_work``/``ap_work``, the
 # last step ``_sorted_finish``, the pair loops ``*_seg`` with their own fast-math flags) stay
 # separate: inlined, they would be compiled again in every caller (measured: the first
-# long-query calls took 4-5 s longer; a first ApproxAP call 0.3 s longer with the last step
+# long-query calls took 4-5 s longer; a first ApproxAP call 0.4 s longer with the last step
 # and ``ap_work`` inlined). Functions that only kernels call have no CPython wrapper. The one
 # exception to "flags as arguments" is whether the Hessian mode needs the exact diagonal's
 # sums: the short blocks and the row loop ``_chain_rows_*`` come in two variants with that
