@@ -349,15 +349,16 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # last step ``_sorted_finish``, the pair loops ``*_seg`` with their own fast-math flags) stay
 # separate: inlined, they would be compiled again in every caller (measured: the first
 # long-query calls took 4-5 s longer; a first ApproxAP call 0.4 s longer with the last step
-# and ``ap_work`` inlined). Functions that only kernels call have no CPython wrapper. The one
-# exception to "flags as arguments" is whether the Hessian mode needs the exact diagonal's
-# sums: the short blocks and the row loop ``_chain_rows_*`` come in two variants with that
-# flag a constant of the function (a closure variable, whose branches Numba removes before
-# typing, so the other variant's pair loop and, for ApproxAP, the off-diagonal part are not
-# compiled). A first call then compiles only what its mode uses: ApproxAP's default Hessian
-# ("bound") needs none of the exact sums; ApproxNDCG's ("mixed") skips the bound-only loop.
-# The variants pass that constant on to ``_sorted_finish``, which Numba then compiles for the
-# literal (once per variant, and once more for the long tiers' run-time flag).
+# and ``ap_work`` inlined). Functions of these kernels that only compiled code calls have no
+# CPython wrapper (``_STEP``). The one exception to "flags as arguments" is whether the
+# Hessian mode needs the exact diagonal's sums: the short blocks and the row loop
+# ``_chain_rows_*`` come in two variants with that flag a constant of the function (a closure
+# variable, whose branches Numba removes before typing, so the other variant's pair loop and,
+# for ApproxAP, the off-diagonal part are not compiled). A first call then compiles only what
+# its mode uses: ApproxAP's default Hessian ("bound") needs none of the exact sums;
+# ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass that constant on to
+# ``_sorted_finish``, which Numba then compiles for the literal (once per variant, and once
+# more for the long tiers' run-time flag).
 
 def _make_short_block(exact):
     """The short tier's block of a separable measure, for Hessian modes that need the exact

@@ -103,6 +103,8 @@ def run_child(cache_dir, steps=STEPS):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results/cold_start.md")
+    parser.add_argument("--repeats", type=int, default=8,
+                        help="more fresh processes per first call, for its range (default 8)")
     args = parser.parse_args(argv)
     command = "python benchmarks/cold_start.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
@@ -111,6 +113,11 @@ def main(argv=None):
         full = run_child(cache)
     with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
         ap_first = run_child(cache, AP_FIRST)
+    firsts = {STEPS[0][0]: [], STEPS[1][0]: []}
+    for _ in range(args.repeats):  # alternating, each process with its own empty cache
+        for step in (STEPS[0], STEPS[1]):
+            with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
+                firsts[step[0]].append(run_child(cache, [step])["first"][step[0]])
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -153,6 +160,15 @@ def main(argv=None):
     for label in ap_first["first"]:
         lines.append(f"| {label} | {ap_first['first'][label]:.2f} | "
                      f"{ap_first['cpu'][label]:.2f} |")
+    if args.repeats:
+        lines += ["", f"The first call of a process, in {args.repeats} more fresh processes for "
+                  "each (alternating, each with its own empty cache; wall-clock seconds):", "",
+                  "| first call of the process | min | median | max |",
+                  "| --- | ---: | ---: | ---: |"]
+        for label, values in firsts.items():
+            v = sorted(values)
+            median = (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+            lines.append(f"| {label} | {v[0]:.2f} | {median:.2f} | {v[-1]:.2f} |")
     lines += ["", "Compiled specialisations per Numba dispatcher after these calls (empty cache):",
               "", "| dispatcher | specialisations |", "| --- | ---: |"]
     for name, count in sorted(empty["specs"].items()):
