@@ -79,6 +79,7 @@ from approx_gbdt._pairs import (
     _windows,
     need_exact_parts,
     pair_work,
+    query_weights,
 )
 
 __all__ = [
@@ -329,7 +330,7 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
             grad[i] = 0.0
             hess[i] = 0.0
         return -1, -1, weights
-    return a, b, weights[a:b] if weights.shape[0] > 0 else weights
+    return a, b, query_weights(weights, a, b)
 
 
 # A chunk of a tier (see ``_schedule``): the queries q0..q1-1 of lo to hi - 1 documents, one at

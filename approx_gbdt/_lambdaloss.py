@@ -27,6 +27,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from approx_gbdt._pairs import query_weights
 from approx_gbdt._reference import finish_query, trivial_query
 
 MU = 10.0  # weight of the rank-distance term
@@ -91,5 +92,4 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, window, normal
         inv_d = np.empty(n + 1)
         _query(s[a:b], gains[a:b], inv_z[q], mu, window, idx[0], idx[1], inv_d, grad[a:b],
                hess[a:b])
-        w_q = weights[a:b] if weights.shape[0] > 0 else weights
-        finish_query(grad[a:b], hess[a:b], w_q, normalize)
+        finish_query(grad[a:b], hess[a:b], query_weights(weights, a, b), normalize)

@@ -57,7 +57,15 @@ import numpy as np
 from numba import njit, prange
 
 from approx_gbdt._measure_terms import _term
-from approx_gbdt._pairs import _T, HESS_ABS, HESS_EXACT, HESS_MIXED, _hessian_of_loss, argsort_desc
+from approx_gbdt._pairs import (
+    _T,
+    HESS_ABS,
+    HESS_EXACT,
+    HESS_MIXED,
+    _hessian_of_loss,
+    argsort_desc,
+    query_weights,
+)
 from approx_gbdt._reference import finish_query, trivial_query
 
 _INV_LN2 = 1.0 / math.log(2.0)
@@ -214,8 +222,7 @@ def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, kind, k,
                 exact_m = alpha2 * (aa[i] + e[i] * ww[i] * ww[i] + v[i] * dd[i])
             gq[i] = -gq[i]
             hq[i] = _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bnd[i])
-        w_q = weights[a:b] if weights.shape[0] > 0 else weights
-        finish_query(gq, hq, w_q, normalize)
+        finish_query(gq, hq, query_weights(weights, a, b), normalize)
 
 
 @njit(parallel=True, cache=True)

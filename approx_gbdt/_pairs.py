@@ -123,6 +123,13 @@ def _sig_pair(x):
 
 
 @njit(inline="always", cache=True)
+def query_weights(weights, a, b):
+    """The per-document weights of the query ``[a, b)``: ``weights[a:b]``, or ``weights``
+    itself when it is empty (no weights)."""
+    return weights[a:b] if weights.shape[0] > 0 else weights
+
+
+@njit(inline="always", cache=True)
 def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
     """Positive (or exact) Hessian of L = -M for one document from the pieces of d2M."""
     if mode == HESS_EXACT:

@@ -14,7 +14,14 @@ import numpy as np
 from numba import njit, prange
 
 from approx_gbdt._measure_terms import _term
-from approx_gbdt._pairs import HESS_ABS, HESS_EXACT, HESS_MIXED, _hessian_of_loss, _sig_pair
+from approx_gbdt._pairs import (
+    HESS_ABS,
+    HESS_EXACT,
+    HESS_MIXED,
+    _hessian_of_loss,
+    _sig_pair,
+    query_weights,
+)
 
 
 @njit(cache=True)
@@ -167,8 +174,7 @@ def ref_separable_grad_hess(
                 exact_m = alpha2 * (-acc_a[i] + acc_b[i] + e[i] * acc_w[i] * acc_w[i])
             grad[i] = -alpha * grad[i]
             hess[i] = _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound)
-        w_q = weights[a:b] if weights.shape[0] > 0 else weights
-        finish_query(grad[a:b], hess[a:b], w_q, normalize)
+        finish_query(grad[a:b], hess[a:b], query_weights(weights, a, b), normalize)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,5 +306,4 @@ def ref_ap_grad_hess(
                 )
             grad[i] = -alpha * grad[i]
             hess[i] = _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound)
-        w_q = weights[a:b] if weights.shape[0] > 0 else weights
-        finish_query(grad[a:b], hess[a:b], w_q, normalize)
+        finish_query(grad[a:b], hess[a:b], query_weights(weights, a, b), normalize)

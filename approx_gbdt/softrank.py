@@ -31,6 +31,7 @@ import numbers
 import numpy as np
 from numba import njit, prange
 
+from approx_gbdt._pairs import query_weights
 from approx_gbdt._reference import finish_query
 from approx_gbdt.objectives import ApproxNDCG, _ApproxObjective, _check_k, _positive_float
 
@@ -255,7 +256,7 @@ def _grad_hess_kernel(s, gains, inv_z, group_ptr, weights, sigma, k, constant_mo
         if constant_mode:
             for i in range(n):
                 h[i] = constant
-        finish_query(g, h, weights[a:b] if weights.shape[0] > 0 else weights, normalize)
+        finish_query(g, h, query_weights(weights, a, b), normalize)
 
 
 class SoftNDCG(_ApproxObjective):
