@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import query_weights
+from approx_gbdt._pairs import argsort_desc, query_weights
 from approx_gbdt._reference import finish_query, trivial_query
 
 MU = 10.0  # weight of the rank-distance term
@@ -51,7 +51,7 @@ def _add_pair(s, gains, inv_z, mu, inv_d, i, j, ri, rj, g, h):
 @njit(cache=True)
 def _query(s, gains, inv_z, mu, window, order, rank, inv_d, g, h):
     n = s.shape[0]
-    order[:] = np.argsort(-s, kind="mergesort")
+    argsort_desc(s, order)  # ties by document index
     for t in range(n):
         rank[order[t]] = t + 1
         g[t] = 0.0
