@@ -25,9 +25,10 @@ Chebyshev nodes. For a pair of boxes at most ``D = ceil(T / _H)`` boxes apart,
 (``L`` the Lagrange polynomials of the box nodes ``y``), so a box's sources are summed into
 ``_P`` node weights, node weights meet target nodes through a ``_P x _P`` kernel table per
 box offset, and every target reads its box's node values: O(n _P + B (2 D + 1) _P^2) for B
-occupied boxes. Pairs more than D boxes apart are saturated (``|x_j - x_k| >= T``) and are
-counted exactly as in ``_pairs``: 1 in the positions for each document above, nothing in the
-other sums.
+occupied boxes. Each document's ``_P`` Lagrange values are computed once per call and kept
+(``n x _P`` floats): the sources, the targets and the bound's pointers below read them.
+Pairs more than D boxes apart are saturated (``|x_j - x_k| >= T``) and are counted exactly as
+in ``_pairs``: 1 in the positions for each document above, nothing in the other sums.
 
 The bound Hessian's ``sum_j w_kj |v_j - v_k|`` is not a plain kernel sum. For a separable
 measure without truncation (``k <= 0``) and non-negative gains, ``v_j = inv_z g_j t'(pos^_j)``
@@ -252,18 +253,17 @@ def _setup(x):
 
 
 @njit(cache=True, **_STEP)
-def _pos_sources(b0, b1, t, bstart, z, lam, src):
-    L = np.empty(_P)
+def _pos_sources(b0, b1, t, bstart, z, lam, src, lag):
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
+            L = lag[r]
             _lagrange(t[r], z, lam, L)
             for i in range(_P):
                 src[b, i] += L[i]
 
 
 @njit(cache=True, **_STEP)
-def _pos_boxes(b0, b1, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos):
-    L = np.empty(_P)
+def _pos_boxes(b0, b1, bid, bstart, nlo, nhi, tab, src, lag, pos):
     phi = np.empty(_P)
     for b in range(b0, b1):
         for m in range(_P):
@@ -272,7 +272,7 @@ def _pos_boxes(b0, b1, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos):
             _matvec_add(tab[0, int(bid[s] - bid[b]) + _D], src[s], phi)
         base = 1.0 + bstart[nlo[b]]
         for r in range(bstart[b], bstart[b + 1]):
-            _lagrange(t[r], z, lam, L)
+            L = lag[r]
             pos[r] = base + _dot(L, phi) - _quad(L, tab[0, _D])
 
 
@@ -281,9 +281,10 @@ def grid_positions_seq(x, pos):
     """Smoothed positions of one sorted query (``x`` non-increasing) by the grid."""
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
     src = np.zeros((nb, _P))
+    lag = np.empty((x.shape[0], _P))
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
-    _pos_sources(b0, nb, t, bstart, z, lam, src)
-    _pos_boxes(b0, nb, t, bid, bstart, nlo, nhi, z, lam, tab, src, pos)
+    _pos_sources(b0, nb, t, bstart, z, lam, src, lag)
+    _pos_boxes(b0, nb, bid, bstart, nlo, nhi, tab, src, lag, pos)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
@@ -291,12 +292,13 @@ def grid_positions_par(x, pos, nt):
     """:func:`grid_positions_seq` with the boxes split across ``nt`` threads."""
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
     src = np.zeros((nb, _P))
+    lag = np.empty((x.shape[0], _P))
     nch = min(nb, 4 * nt)
     for c in prange(nch):
-        _pos_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, src)
+        _pos_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, src, lag)
     for c in prange(nch):
-        _pos_boxes(nb * c // nch, nb * (c + 1) // nch, t, bid, bstart, nlo, nhi, z, lam, tab,
-                   src, pos)
+        _pos_boxes(nb * c // nch, nb * (c + 1) // nch, bid, bstart, nlo, nhi, tab, src, lag,
+                   pos)
 
 
 @njit(cache=True, **_ENTRY)
@@ -328,10 +330,10 @@ def gain_classes(gains, order, n, cls):
 
 
 @njit(cache=True, **_STEP)
-def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src):
-    L = np.empty(_P)
+def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src, lag):
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
+            L = lag[r]
             _lagrange(t[r], z, lam, L)
             vr = v[r]
             er = ee[r]
@@ -355,11 +357,12 @@ def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound):
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))  # 1, v, e, then v 1_G and 1_G for G = 1..C
+    lag = np.empty((x.shape[0], _P))
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
-    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, cls, C, src)
+    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, cls, C, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     _chain_boxes(b0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
-                 z, lam, tab, t, slot, bid, bstart, nlo, nhi, src)
+                 tab, slot, bid, bstart, nlo, nhi, src, lag)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
@@ -369,14 +372,15 @@ def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, nt):
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))
+    lag = np.empty((x.shape[0], _P))
     nch = min(nb, 4 * nt)
     for c in prange(nch):
         _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, cls, C,
-                       src)
+                       src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, g, bnd, aa, ab, aw, cls, C,
-                     need_bound, mem, mst, z, lam, tab, t, slot, bid, bstart, nlo, nhi, src)
+                     need_bound, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag)
 
 
 @njit(cache=True, **_STEP)
@@ -414,9 +418,9 @@ def _first_not_below(mem, a, b, v, vk):
 
 @njit(cache=True, **_STEP)
 def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
-                 z, lam, tab, t, slot, bid, bstart, nlo, nhi, src):
-    """Targets of boxes b0..b1-1: node values of the partner boxes, then every document."""
-    L = np.empty(_P)
+                 tab, slot, bid, bstart, nlo, nhi, src, lag):
+    """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
+    (``lag``: the Lagrange values of every document, from :func:`_chain_sources`)."""
     Lj = np.empty(_P)
     tmp = np.empty(_P)
     pw1 = np.empty(_P)
@@ -462,7 +466,7 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst
                 _matvec_add(Kw, src[s, 2 + 2 * c], psi[c, 1, i + 1])
         last = hi - lo
         for r in range(bstart[b], bstart[b + 1]):
-            _lagrange(t[r], z, lam, L)
+            L = lag[r]
             vr = v[r]
             a1 = _dot(L, pw1)
             g[r] = _dot(L, pwv) - vr * a1
@@ -499,20 +503,20 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst
                         pslot[ck, c] = sp
                         for u in range(q, p):
                             j = mem[u]
-                            _lagrange(t[j], z, lam, Lj)
+                            Lm = lag[j]
                             for m in range(_P):
-                                pv[ck, c, m] += Lj[m] * v[j]
-                                p1[ck, c, m] += Lj[m]
+                                pv[ck, c, m] += Lm[m] * v[j]
+                                p1[ck, c, m] += Lm[m]
                 while p < e and v[mem[p]] < vr:
                     j = mem[p]
                     sj = slot[j]
                     if sj != pslot[ck, c]:
                         _reset_prefix(pv[ck, c], p1[ck, c])
                         pslot[ck, c] = sj
-                    _lagrange(t[j], z, lam, Lj)
+                    Lm = lag[j]
                     for m in range(_P):
-                        pv[ck, c, m] += Lj[m] * v[j]
-                        p1[ck, c, m] += Lj[m]
+                        pv[ck, c, m] += Lm[m] * v[j]
+                        p1[ck, c, m] += Lm[m]
                     p += 1
                 pc[ck, c] = p
                 if p == e:
