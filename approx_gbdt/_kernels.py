@@ -80,6 +80,7 @@ from approx_gbdt._pairs import (
     need_exact_parts,
     pair_work,
     query_weights,
+    sorted_bound,
 )
 
 __all__ = [
@@ -236,15 +237,15 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     :func:`_ap_grid_bound` than by the exact windowed chain (``grid_mode`` 1: always);
     ``rel_jend`` are the window ends of the query reduced to its relevant documents
     (:func:`_relevant_part`). The cost model, fitted on one thread: exact chain ~ 0.37 ns per
-    window pair; grid bound ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.78
-    ns per window pair of relevant documents."""
+    window pair; grid bound ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.39
+    ns per window pair of relevant documents (:func:`sorted_bound`)."""
     if grid_mode > 0:
         return True
     pairs, box_pairs = _costs(x, jend, n)
     rel_pairs = 0
     for a in range(rel_jend.shape[0]):
         rel_pairs += rel_jend[a] - a - 1
-    return 0.37 * pairs > 200.0 * n + 370.0 * box_pairs + 0.78 * rel_pairs
+    return 0.37 * pairs > 200.0 * n + 370.0 * box_pairs + 0.39 * rel_pairs
 
 
 @njit(cache=True, **_STEP)
@@ -260,7 +261,8 @@ def _ap_grid_bound(big, n, W, A, R, S, nt):
         |v_k| (aw_k - sum_{j rel} w_kj) + sum_{j rel} w_kj |v_j - v_k|
 
     (``aw_k = sum_j w_kj`` from the chain sums); the two sums over relevant ``j`` are the
-    exact windowed chain sums of the query reduced to its relevant documents."""
+    exact windowed sums of the query reduced to its relevant documents
+    (:func:`sorted_bound`, which computes only these two)."""
     x = W.x[:n]
     v = W.v[:n]
     bnd = W.bnd[:n]
@@ -276,10 +278,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt):
         grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0)
     if R == 0:
         return
-    if big:
-        _sorted_chain_par(R, S, R > 0, nt)
-    else:
-        _sorted_chain(R, S, R > 0)
+    sorted_bound(R, S, big, nt)
     aw = W.aw
     ridx = A.ridx
     for a in range(R):

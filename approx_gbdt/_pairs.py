@@ -354,6 +354,23 @@ def _chain_seg_exact(j0, j1, f, ex, v, ee, vi, ei, cg, cb, ca, cB, cw):
     return gi, bi, ai, Bi, wi
 
 
+@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
+def _bound_seg(j0, j1, f, ex, v, vi, cb, cw):
+    ex, v, cb, cw = ex[j0:j1], v[j0:j1], cb[j0:j1], cw[j0:j1]
+    bi = 0.0
+    wi = 0.0
+    for j in range(ex.shape[0]):
+        e = f * ex[j]
+        p = 1.0 / (1.0 + e)
+        w = e * p * p
+        ad = w * abs(v[j] - vi)
+        bi += ad
+        cb[j] += ad
+        wi += w
+        cw[j] += w
+    return bi, wi
+
+
 def _variant_named(f, name, exact):
     """``f`` named after its variant (``name_exact`` or ``name_bound``) before it is compiled:
     Numba names a function's cache files after its qualified name, and the variants made by
@@ -415,6 +432,68 @@ def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
     else:
         _chain_rows_bound(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw,
                           cg, cb, ca, cB, cw)
+
+
+@njit(cache=True, **_STEP)
+def _bound_rows(r0, r1, x, ex, jend, bend, v, rb, rw, cb, cw):
+    """The window part of the bound ``sum_j w_ij |v_j - v_i|`` and of ``sum_j w_ij`` alone, for
+    rows r0..r1-1 (both ends of every pair; tiles as in ``_pos_rows``)."""
+    for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
+        for i in range(r0, r1):
+            lo, hi = _tile_span(i, c0, jend)
+            if lo >= hi:
+                continue
+            bi = wi = 0.0
+            for part in range(2):
+                j0, j1, f = _segment(part, i, lo, hi, bend[i], x, ex)
+                if j0 < j1:
+                    b, w = _bound_seg(j0, j1, f, ex, v, v[i], cb, cw)
+                    bi += b
+                    wi += w
+            rb[i] += bi
+            rw[i] += wi
+
+
+@njit(parallel=True, cache=True, **_STEP)
+def _par_bound(x, ex, jend, bend, v, bnd, aw, buf):
+    """:func:`_bound_rows` over a whole sorted query into ``bnd`` and ``aw``, rows split
+    across the threads (``buf``: ``(threads, 2, n)``)."""
+    n = x.shape[0]
+    nt = buf.shape[0]
+    nch = (n + _CHUNK - 1) // _CHUNK
+    for t in prange(nt):
+        b = buf[t]
+        for f in range(2):
+            for r in range(n):
+                b[f, r] = 0.0
+        for c in range(t, nch, nt):
+            _bound_rows(c * _CHUNK, min(n, (c + 1) * _CHUNK), x, ex, jend, bend, v,
+                        b[0], b[1], b[0], b[1])
+    for r in prange(n):
+        s0 = 0.0
+        s1 = 0.0
+        for t in range(nt):
+            s0 += buf[t, 0, r]
+            s1 += buf[t, 1, r]
+        bnd[r] = s0
+        aw[r] = s1
+
+
+@njit(cache=True, **_STEP)
+def sorted_bound(n, W, big, nt):
+    """``W.bnd = sum_j w_kj |v_j - v_k|`` and ``W.aw = sum_j w_kj`` (j != k) of one prepared
+    query by the exact windowed loops, rows split across ``nt`` threads when ``big``: the
+    two chain-rule sums that ApproxAP's bound on the grid needs of its relevant documents."""
+    x, ex, jend, bend, v = W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n]
+    if big:
+        _par_bound(x, ex, jend, bend, v, W.bnd[:n], W.aw[:n], np.empty((nt, 2, n)))
+        return
+    bnd = W.bnd[:n]
+    aw = W.aw[:n]
+    for r in range(n):
+        bnd[r] = 0.0
+        aw[r] = 0.0
+    _bound_rows(0, n, x, ex, jend, bend, v, bnd, aw, bnd, aw)
 
 
 @njit(parallel=True, cache=True, **_STEP)
