@@ -254,12 +254,20 @@ def _dot(a, b):
     return acc
 
 
-@njit(cache=True, **_STEP)
-def _setup(x):
-    """Nodes, kernel tables and boxes of one sorted query."""
-    n = x.shape[0]
+@njit(cache=True, **_ENTRY)
+def grid_tables():
+    """``(z, lam, tab)``: the Chebyshev nodes with their barycentric weights and the kernel
+    tables, constants of the grid that the kernels compute once per process and pass to
+    every call (``grid_positions_*``, ``grid_chain_*``)."""
     z, lam = _nodes()
-    tab = _tables(z)
+    return z, lam, _tables(z)
+
+
+@njit(cache=True, **_STEP)
+def _setup(x, gt):
+    """Nodes, kernel tables (``gt``, from :func:`grid_tables`) and boxes of one sorted query."""
+    n = x.shape[0]
+    z, lam, tab = gt
     t = np.empty(n)
     slot = np.empty(n, dtype=np.int64)
     bid = np.empty(n)
@@ -295,9 +303,10 @@ def _pos_boxes(b0, b1, bid, bstart, nlo, nhi, tab, src, lag, pos):
 
 
 @njit(cache=True, **_ENTRY)
-def grid_positions_seq(x, pos):
-    """Smoothed positions of one sorted query (``x`` non-increasing) by the grid."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+def grid_positions_seq(x, pos, gt):
+    """Smoothed positions of one sorted query (``x`` non-increasing) by the grid (``gt`` from
+    :func:`grid_tables`)."""
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
     lag = np.empty((x.shape[0], _P))
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
@@ -306,9 +315,9 @@ def grid_positions_seq(x, pos):
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
-def grid_positions_par(x, pos, nt):
+def grid_positions_par(x, pos, gt, nt):
     """:func:`grid_positions_seq` with the boxes split across ``nt`` threads."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
     lag = np.empty((x.shape[0], _P))
     nch = min(nb, 4 * nt)
@@ -368,11 +377,12 @@ def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src, lag):
 
 
 @njit(cache=True, **_ENTRY)
-def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound):
+def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt):
     """Chain-rule sums of one sorted query by the grid: ``g``, ``aa``, ``ab``, ``aw`` and, when
     ``need_bound``, ``bnd`` by the class split (``cls`` from :func:`gain_classes`, ``ncls``
-    classes; the caller guarantees ``v`` non-decreasing within each class)."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+    classes; the caller guarantees ``v`` non-decreasing within each class; ``gt`` from
+    :func:`grid_tables`)."""
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))  # 1, v, e, then v 1_G and 1_G for G = 1..C
     lag = np.empty((x.shape[0], _P))
@@ -384,10 +394,10 @@ def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound):
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
-def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, nt):
+def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, nt):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x)
+    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))
     lag = np.empty((x.shape[0], _P))

@@ -43,6 +43,7 @@ from approx_gbdt._grid import (
     grid_chain_seq,
     grid_positions_par,
     grid_positions_seq,
+    grid_tables,
     use_grid,
 )
 from approx_gbdt._measure_terms import (
@@ -120,7 +121,7 @@ def _need_bound(mode):
 
 
 @njit(inline="always", cache=True)
-def _positions_step(big, s, order, alpha, W, nt, gp):
+def _positions_step(big, s, order, alpha, W, nt, gp, gt):
     """Sort, then the positions by the grid (``_grid``) where it is cheaper than the exact
     windowed loops, else by those; returns whether the grid was used."""
     n = s.shape[0]
@@ -128,9 +129,9 @@ def _positions_step(big, s, order, alpha, W, nt, gp):
     grid = use_grid(W.x, W.jend, n, gp)
     if grid:
         if big:
-            grid_positions_par(W.x[:n], W.pos[:n], nt)
+            grid_positions_par(W.x[:n], W.pos[:n], gt, nt)
         else:
-            grid_positions_seq(W.x[:n], W.pos[:n])
+            grid_positions_seq(W.x[:n], W.pos[:n], gt)
     elif big:
         _positions_rows_par(n, W, nt)
     else:
@@ -139,18 +140,18 @@ def _positions_step(big, s, order, alpha, W, nt, gp):
 
 
 @njit(inline="always", cache=True)
-def _grid_chain(big, n, W, cls, ncls, need_bound, nt):
+def _grid_chain(big, n, W, cls, ncls, need_bound, nt, gt):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
     if big:
         grid_chain_par(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
-                       need_bound, nt)
+                       need_bound, gt, nt)
     else:
         grid_chain_seq(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
-                       need_bound)
+                       need_bound, gt)
 
 
 @njit(inline="always", cache=True)
-def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt):
+def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt, gt):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
     kernel sums there (the bound needs ``split``: a separable measure without truncation, and
     at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly."""
@@ -163,7 +164,7 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt
                 cls = np.empty(n, dtype=np.int64)
                 ncls = gain_classes(gains, order, n, cls)
         if ncls >= 0:
-            _grid_chain(big, n, W, cls, ncls, need_bound, nt)
+            _grid_chain(big, n, W, cls, ncls, need_bound, nt, gt)
             return
     if big:
         _sorted_chain_par(n, W, need_exact, nt)
@@ -173,11 +174,11 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt
 
 @njit(inline="always", cache=True)
 def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
-           normalize, grad, hess, pos, order, W, nt, gp):
+           normalize, grad, hess, pos, order, W, nt, gp, gt):
     """One query of a separable measure (or only its positions), every step; ``big`` splits
     the pair loops across ``nt`` threads."""
     n = s.shape[0]
-    grid = _positions_step(big, s, order, alpha, W, nt, gp)
+    grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
     if job == JOB_POSITIONS:
         for r in range(n):
             pos[order[r]] = W.pos[r]
@@ -185,17 +186,18 @@ def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         need_exact = _need_exact(mode)
         # the class split of the bound needs v monotone within a gain class (no top-k)
-        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order, nt)
+        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order, nt,
+                    gt)
         _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
                        W.v[:0], wts, grad, hess)
 
 
 @njit(inline="always", cache=True)
 def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
-              grad, hess, order, W, A, Hc, nt, gp):
+              grad, hess, order, W, A, Hc, nt, gp, gt):
     """One query of ApproxAP, every step. Returns the query's value for ``JOB_VALUE``."""
     n = s.shape[0]
-    grid = _positions_step(big, s, order, alpha, W, nt, gp)
+    grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
     R = ap_relevant(n, W, A, order, rel_local, beta)
     if job == JOB_VALUE:
         return ap_value_sum(R, A, iz)
@@ -209,9 +211,9 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     S = _relevant_part(n, W, A, R if grid and need_bound else 0)
     bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, S.jend[:R], gp)
     _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
-                need_bound and not bound_grid, n < 0, W.v, order, nt)
+                need_bound and not bound_grid, n < 0, W.v, order, nt, gt)
     if bound_grid:
-        _ap_grid_bound(big, n, W, A, R, S, nt)
+        _ap_grid_bound(big, n, W, A, R, S, nt, gt)
     _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
                need_exact, wts, grad, hess)
     return 0.0
@@ -249,7 +251,7 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
 
 
 @njit(cache=True, **_STEP)
-def _ap_grid_bound(big, n, W, A, R, S, nt):
+def _ap_grid_bound(big, n, W, A, R, S, nt, gt):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
     O(n) grid work plus the exact windowed loops over the relevant documents only (``S``,
     from :func:`_relevant_part`).
@@ -273,9 +275,10 @@ def _ap_grid_bound(big, n, W, A, R, S, nt):
     no_cls = W.jend[:0]
     ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
     if big:
-        grid_chain_par(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, nt)
+        grid_chain_par(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt,
+                       nt)
     else:
-        grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0)
+        grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt)
     if R == 0:
         return
     sorted_bound(R, S, big, nt)
@@ -395,14 +398,14 @@ _short_block_bound = _make_short_block(False)
 @njit(nogil=True, cache=True, **_ENTRY)
 def _long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                 theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, big, nt,
-                gp):
+                gp, gt):
     W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
             _query(job, big, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
                    mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                   order[a:b], W, nt, gp)
+                   order[a:b], W, nt, gp, gt)
 
 
 @njit(inline="always", cache=True)
@@ -446,14 +449,14 @@ _short_block_ap_bound = _make_short_block_ap(False)
 @njit(nogil=True, cache=True, **_ENTRY)
 def _long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                    mode, floor, constant, normalize, grad, hess, out, order, lo, hi, big, nt,
-                   gp):
+                   gp, gt):
     W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a >= 0:
             out[q] = _query_ap(job, big, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
                                w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
-                               hess[a:b], order[a:b], W, A, Hc, nt, gp)
+                               hess[a:b], order[a:b], W, A, Hc, nt, gp, gt)
 
 
 _CHUNK_DOCS = 4096  # documents per chunk of a tier: about 1-10 ms of work
@@ -512,6 +515,17 @@ def _pool():
         return _POOL[pid]
 
 
+_GRID_TABLES = []  # the grid's constant tables (``_grid.grid_tables``), made on first use
+
+
+def _grid_tables():
+    """The grid's nodes and kernel tables, computed once per process (by the compiled
+    ``grid_tables``: the same values as when every call made its own)."""
+    if not _GRID_TABLES:
+        _GRID_TABLES.append(grid_tables())
+    return _GRID_TABLES[0]
+
+
 _GRID_AUTO = 0  # grid_mode: the grid path (``_grid``) where it is cheaper
 _NO_REL = np.zeros(1, dtype=np.int64)
 _EMPTY = np.empty(0)
@@ -562,12 +576,12 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     tier = (sizes >= short) & (sizes < split)
     if tier.any():
         _on_threads(long_block, nt, group_ptr, int(sizes[tier].sum()), *args, short, split,
-                    False, 1, grid_mode)
+                    False, 1, grid_mode, _grid_tables())
     if end > split:
         # one caller at a time: Numba's workqueue threading layer (where neither OpenMP nor
         # TBB is available) aborts when two threads enter its parallel loops at once
         with _SPLIT_LOCK:
-            long_block(0, nq, *args, split, end, True, nt, grid_mode)
+            long_block(0, nq, *args, split, end, True, nt, grid_mode, _grid_tables())
 
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,

@@ -76,9 +76,9 @@ def test_grid_sums_within_stated_bound(kind, par):
     x = _sorted_x(kind, n, rng)
     pos = np.empty(n)
     if par:
-        G.grid_positions_par(x, pos, 3)
+        G.grid_positions_par(x, pos, G.grid_tables(), 3)
     else:
-        G.grid_positions_seq(x, pos)
+        G.grid_positions_seq(x, pos, G.grid_tables())
     # v = g t'(pos) (ApproxNDCG's log term) with the exact positions: monotone in each class
     gain = np.array([0.0, 1.0, 3.0, 7.0, 15.0])[rng.integers(0, 5, n)]
     ex = _dense(x, np.zeros(n), np.zeros(n))
@@ -91,7 +91,8 @@ def test_grid_sums_within_stated_bound(kind, par):
     ncls = G.gain_classes(gain, np.arange(n), n, cls)
     assert ncls == 4
     out = {k: np.empty(n) for k in ["g", "bnd", "aa", "ab", "aw"]}
-    args = (x, v, e, out["g"], out["bnd"], out["aa"], out["ab"], out["aw"], cls, ncls, True)
+    args = (x, v, e, out["g"], out["bnd"], out["aa"], out["ab"], out["aw"], cls, ncls, True,
+            G.grid_tables())
     if par:
         G.grid_chain_par(*args, 3)
     else:
