@@ -76,7 +76,7 @@ from numba import njit, prange
 from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair
 
 _H = 1.0
-_P = 10  # a multiple of 5 (``_matvec_add``)
+_P = 10  # a multiple of 5 (``_rows5``)
 _D = int(math.ceil(_T / _H))
 _CMAX = 8
 _EPS_K = (4.4e-11, 1.7e-10, 5.8e-10, 4.6e-10)  # sig, w, sig'', w^2 (see above)
@@ -208,16 +208,24 @@ def _boxes(x, t, slot, bid, bstart, nlo, nhi):
 
 
 @njit(inline="always", cache=True)
+def _rows5(K, w, m):
+    """Rows ``m..m+4`` of ``K @ w``: five independent sums, each over ``i`` in order (so that
+    they overlap in the CPU instead of waiting on one another)."""
+    a0 = a1 = a2 = a3 = a4 = 0.0
+    for i in range(_P):
+        wi = w[i]
+        a0 += K[m, i] * wi
+        a1 += K[m + 1, i] * wi
+        a2 += K[m + 2, i] * wi
+        a3 += K[m + 3, i] * wi
+        a4 += K[m + 4, i] * wi
+    return a0, a1, a2, a3, a4
+
+
+@njit(inline="always", cache=True)
 def _matvec_add(K, w, out):
-    for m in range(0, _P, 5):  # five rows at a time: independent sums, each in the same order
-        a0 = a1 = a2 = a3 = a4 = 0.0
-        for i in range(_P):
-            wi = w[i]
-            a0 += K[m, i] * wi
-            a1 += K[m + 1, i] * wi
-            a2 += K[m + 2, i] * wi
-            a3 += K[m + 3, i] * wi
-            a4 += K[m + 4, i] * wi
+    for m in range(0, _P, 5):
+        a0, a1, a2, a3, a4 = _rows5(K, w, m)
         out[m] += a0
         out[m + 1] += a1
         out[m + 2] += a2
@@ -229,15 +237,8 @@ def _matvec_add(K, w, out):
 def _quad(L, K):
     """``L^T K L``: the grid's own value of a document's self term (removed exactly)."""
     acc = 0.0
-    for m in range(0, _P, 5):  # five rows at a time, as in _matvec_add
-        r0 = r1 = r2 = r3 = r4 = 0.0
-        for i in range(_P):
-            li = L[i]
-            r0 += K[m, i] * li
-            r1 += K[m + 1, i] * li
-            r2 += K[m + 2, i] * li
-            r3 += K[m + 3, i] * li
-            r4 += K[m + 4, i] * li
+    for m in range(0, _P, 5):
+        r0, r1, r2, r3, r4 = _rows5(K, L, m)
         acc += L[m] * r0
         acc += L[m + 1] * r1
         acc += L[m + 2] * r2
