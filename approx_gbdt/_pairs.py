@@ -493,7 +493,8 @@ def sorted_bound(n, W, big, nt):
     for r in range(n):
         bnd[r] = 0.0
         aw[r] = 0.0
-    _bound_rows(0, n, x, ex, jend, bend, v, bnd, aw, bnd, aw)
+    r0 = np.int64(0)  # a run-time 0, as _par_bound's: a literal 0 would compile the rows twice
+    _bound_rows(r0, n, x, ex, jend, bend, v, bnd, aw, bnd, aw)
 
 
 @njit(parallel=True, cache=True, **_STEP)
