@@ -76,7 +76,8 @@ from numba import njit, prange
 from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair
 
 _H = 1.0
-_P = 10  # a multiple of 5 (``_rows5``)
+_P = 10
+assert _P % 5 == 0  # ``_rows5`` takes five rows at a time
 _D = int(math.ceil(_T / _H))
 _CMAX = 8
 _EPS_K = (4.4e-11, 1.7e-10, 5.8e-10, 4.6e-10)  # sig, w, sig'', w^2 (see above)

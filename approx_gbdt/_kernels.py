@@ -71,6 +71,7 @@ from approx_gbdt._pairs import (
     HESS_MIXED,
     _positions_rows,
     _positions_rows_par,
+    _sorted_bound,
     _sorted_chain,
     _sorted_chain_par,
     _sorted_finish,
@@ -81,7 +82,6 @@ from approx_gbdt._pairs import (
     need_exact_parts,
     pair_work,
     query_weights,
-    sorted_bound,
 )
 
 __all__ = [
@@ -240,7 +240,7 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     ``rel_jend`` are the window ends of the query reduced to its relevant documents
     (:func:`_relevant_part`). The cost model, fitted on one thread: exact chain ~ 0.37 ns per
     window pair; grid bound ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.39
-    ns per window pair of relevant documents (:func:`sorted_bound`)."""
+    ns per window pair of relevant documents (:func:`_sorted_bound`)."""
     if grid_mode > 0:
         return True
     pairs, box_pairs = _costs(x, jend, n)
@@ -264,7 +264,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gt):
 
     (``aw_k = sum_j w_kj`` from the chain sums); the two sums over relevant ``j`` are the
     exact windowed sums of the query reduced to its relevant documents
-    (:func:`sorted_bound`, which computes only these two)."""
+    (:func:`_sorted_bound`, which computes only these two)."""
     x = W.x[:n]
     v = W.v[:n]
     bnd = W.bnd[:n]
@@ -281,7 +281,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gt):
         grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt)
     if R == 0:
         return
-    sorted_bound(R, S, big, nt)
+    _sorted_bound(R, S, big, nt)
     aw = W.aw
     ridx = A.ridx
     for a in range(R):
@@ -516,14 +516,16 @@ def _pool():
 
 
 _GRID_TABLES = []  # the grid's constant tables (``_grid.grid_tables``), made on first use
+_GRID_TABLES_LOCK = threading.Lock()
 
 
 def _grid_tables():
     """The grid's nodes and kernel tables, computed once per process (by the compiled
-    ``grid_tables``: the same values as when every call made its own)."""
-    if not _GRID_TABLES:
-        _GRID_TABLES.append(grid_tables())
-    return _GRID_TABLES[0]
+    ``grid_tables``: the same values as when every call made its own); read-only after."""
+    with _GRID_TABLES_LOCK:
+        if not _GRID_TABLES:
+            _GRID_TABLES.append(grid_tables())
+        return _GRID_TABLES[0]
 
 
 _GRID_AUTO = 0  # grid_mode: the grid path (``_grid``) where it is cheaper

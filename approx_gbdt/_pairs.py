@@ -480,7 +480,7 @@ def _par_bound(x, ex, jend, bend, v, bnd, aw, buf):
 
 
 @njit(cache=True, **_STEP)
-def sorted_bound(n, W, big, nt):
+def _sorted_bound(n, W, big, nt):
     """``W.bnd = sum_j w_kj |v_j - v_k|`` and ``W.aw = sum_j w_kj`` (j != k) of one prepared
     query by the exact windowed loops, rows split across ``nt`` threads when ``big``: the
     two chain-rule sums that ApproxAP's bound on the grid needs of its relevant documents."""
