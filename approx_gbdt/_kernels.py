@@ -27,6 +27,7 @@ per-thread sums, the grid's class labels); the sort order persists between calls
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import threading
@@ -515,17 +516,11 @@ def _pool():
         return _POOL[pid]
 
 
-_GRID_TABLES = []  # the grid's constant tables (``_grid.grid_tables``), made on first use
-_GRID_TABLES_LOCK = threading.Lock()
-
-
+@functools.cache
 def _grid_tables():
-    """The grid's nodes and kernel tables, computed once per process (by the compiled
-    ``grid_tables``: the same values as when every call made its own); read-only after."""
-    with _GRID_TABLES_LOCK:
-        if not _GRID_TABLES:
-            _GRID_TABLES.append(grid_tables())
-        return _GRID_TABLES[0]
+    """The grid's nodes and kernel tables, made on first use and kept for the process (by the
+    compiled ``grid_tables``: the same values as when every call made its own); read-only."""
+    return grid_tables()
 
 
 _GRID_AUTO = 0  # grid_mode: the grid path (``_grid``) where it is cheaper

@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -166,9 +167,8 @@ def main(argv=None):
                   "| first call of the process | min | median | max |",
                   "| --- | ---: | ---: | ---: |"]
         for label, values in firsts.items():
-            v = sorted(values)
-            median = (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
-            lines.append(f"| {label} | {v[0]:.2f} | {median:.2f} | {v[-1]:.2f} |")
+            lines.append(f"| {label} | {min(values):.2f} | {statistics.median(values):.2f} | "
+                         f"{max(values):.2f} |")
     lines += ["", "Compiled specialisations per Numba dispatcher after these calls (empty cache):",
               "", "| dispatcher | specialisations |", "| --- | ---: |"]
     for name, count in sorted(empty["specs"].items()):
