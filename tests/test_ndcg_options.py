@@ -266,11 +266,12 @@ def test_chord_rejects_an_exact_hessian_override():
         ApproxNDCG(pair_force="chord", hessian="bound").grad_hess(s, y, ptr, hessian="exact")
 
 
-@pytest.mark.parametrize("ties", [False, True])
-def test_lambdaloss_part_against_autograd(ties):
+@pytest.mark.parametrize(("ties", "spread"), [(False, 1.0), (True, 1.0), (False, 400.0)])
+def test_lambdaloss_part_against_autograd(ties, spread):
     """``lambdaloss=1``: NDCG-Loss2++ with the weights from the exact positions held fixed;
-    per-document weights scale each document after the per-query normalisation."""
-    s, y, ptr = queries(8, ties=ties)
+    per-document weights scale each document after the per-query normalisation. A spread of
+    400 puts pairs more than one and more than two exp blocks (300 score units) apart."""
+    s, y, ptr = queries(8, ties=ties, spread=spread)
     g, h = ApproxNDCG(lambdaloss=1.0).grad_hess(s, y, ptr)
     g_ref, h_ref = pair_logistic_reference(s, y, ptr, lambdaloss_weights)
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-14)
