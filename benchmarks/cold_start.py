@@ -140,7 +140,7 @@ def main(argv=None):
         "`NUMBA_CACHE_DIR` is a new empty folder (a new user's first run); 'full cache': the "
         "same folder afterwards (every later run). 'Warm' is the same call repeated in the "
         "process: the rest is compilation or loading from the cache. The calls before the "
-        "last two meet only queries of fewer than 1,024 documents, which take the exact "
+        "last two meet only queries of fewer than 512 documents, which take the exact "
         "windowed loops; the last two compile the kernels of longer queries (the grid, and "
         "rows split across threads). Wall-clock seconds, "
         "and the CPU seconds of the process (all threads) with an empty cache: Numba compiles "

@@ -405,7 +405,7 @@ LENGTH_VARIANTS = ((2, False), (1, False), (2, True), (1, True))
 
 def bench_lengths(total, iters, lengths=(10, 100, 1000, 2000, 10_000)):
     """Section 4; the variants interleaved per list length, so that a drift of the machine's
-    load does not fall on one variant. 2,000 documents is the grid's tier (1,024-4,095)."""
+    load does not fall on one variant. 2,000 documents is the grid's tier (512-4,095)."""
     rows = []
     for p in lengths:
         for threads, busy in LENGTH_VARIANTS:
