@@ -379,11 +379,16 @@ def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src, lag):
 
 
 @njit(cache=True, **_ENTRY)
-def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt):
+def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, vsep=False):
     """Chain-rule sums of one sorted query by the grid: ``g``, ``aa``, ``ab``, ``aw`` and, when
     ``need_bound``, ``bnd`` by the class split (``cls`` from :func:`gain_classes`, ``ncls``
     classes; the caller guarantees ``v`` non-decreasing within each class; ``gt`` from
-    :func:`grid_tables`)."""
+    :func:`grid_tables`).
+
+    With ``vsep`` the classes 1..ncls instead separate ``v`` (every ``v`` of a class is at most
+    every ``v`` of the next; ``v`` in any order within a class, no class 0), and ``bnd`` is the
+    bound's sum over the other classes only: ``sum_{c(j) != c(k)} w_kj |v_j - v_k|``, whose
+    sign is known per class (the caller adds the sum within the class)."""
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))  # 1, v, e, then v 1_G and 1_G for G = 1..C
@@ -391,12 +396,12 @@ def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt):
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
     _chain_sources(b0, nb, t, bstart, z, lam, v, ee, cls, C, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
-    _chain_boxes(b0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
+    _chain_boxes(b0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, mem, mst,
                  tab, slot, bid, bstart, nlo, nhi, src, lag)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
-def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, nt):
+def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, nt, vsep=False):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
     z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
@@ -410,7 +415,7 @@ def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, nt):
     mem, mst = _class_members(cls, x.shape[0], C)
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, g, bnd, aa, ab, aw, cls, C,
-                     need_bound, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag)
+                     need_bound, vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag)
 
 
 @njit(cache=True, **_STEP)
@@ -447,7 +452,7 @@ def _first_not_below(mem, a, b, v, vk):
 
 
 @njit(cache=True, **_STEP)
-def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst,
+def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, mem, mst,
                  tab, slot, bid, bstart, nlo, nhi, src, lag):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
     (``lag``: the Lagrange values of every document, from :func:`_chain_sources`)."""
@@ -512,6 +517,12 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst
                 A1 = _dot(L, psi[c, 1, last])
                 A = _dot(L, psi[c, 0, last]) - vr * A1
                 rest -= A1
+                if vsep:  # v-separated classes: the sign of v_j - v_k is the classes' order
+                    if c > ck:
+                        tot += A
+                    elif c < ck:
+                        tot -= A
+                    continue
                 if ck == 0:
                     tot += abs(A)
                     continue
@@ -568,7 +579,7 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, mem, mst
                             _matvec_add(tab[1, int(bid[sc] - bid[b]) + _D], Lj, tmp)
                             Cs += _dot(L, tmp)
                 tot += A - 2.0 * Cs
-            bnd[r] = tot + abs(vr) * rest
+            bnd[r] = tot if vsep else tot + abs(vr) * rest
 
 
 @njit(inline="always", cache=True)

@@ -37,6 +37,7 @@ import numpy as np
 from numba import config, get_num_threads, njit, set_num_threads
 
 from approx_gbdt._grid import (
+    _CMAX,
     GRID_MIN_N,
     _costs,
     gain_classes,
@@ -80,6 +81,7 @@ from approx_gbdt._pairs import (
     _sorted_prep,
     _variant_named,
     _windows,
+    argsort_desc,
     need_exact_parts,
     pair_work,
     query_weights,
@@ -145,10 +147,10 @@ def _grid_chain(big, n, W, cls, ncls, need_bound, nt, gt):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
     if big:
         grid_chain_par(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
-                       need_bound, gt, nt)
+                       need_bound, gt, nt, n < 0)
     else:
         grid_chain_seq(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
-                       need_bound, gt)
+                       need_bound, gt, n < 0)
 
 
 @njit(inline="always", cache=True)
@@ -214,7 +216,7 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
                 need_bound and not bound_grid, n < 0, W.v, order, nt, gt)
     if bound_grid:
-        _ap_grid_bound(big, n, W, A, R, S, nt, gt)
+        _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt)
     _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
                need_exact, wts, grad, hess)
     return 0.0
@@ -254,7 +256,7 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
 
 
 @njit(cache=True, **_STEP)
-def _ap_grid_bound(big, n, W, A, R, S, nt, gt):
+def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
     O(n) grid work plus the exact windowed loops over the relevant documents only (``S``,
     from :func:`_relevant_part`).
@@ -265,9 +267,8 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gt):
 
         |v_k| (aw_k - sum_{j rel} w_kj) + sum_{j rel} w_kj |v_j - v_k|
 
-    (``aw_k = sum_j w_kj`` from the chain sums); the two sums over relevant ``j`` are the
-    exact windowed sums of the query reduced to its relevant documents
-    (:func:`_sorted_bound`, which computes only these two)."""
+    (``aw_k = sum_j w_kj`` from the chain sums); the two sums over relevant ``j`` are those of
+    the query reduced to its relevant documents (:func:`_relevant_bound`)."""
     x = W.x[:n]
     v = W.v[:n]
     bnd = W.bnd[:n]
@@ -279,17 +280,72 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gt):
     ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
     if big:
         grid_chain_par(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt,
-                       nt)
+                       nt, n < 0)
     else:
-        grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt)
+        grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt,
+                       n < 0)
     if R == 0:
         return
-    _sorted_bound(R, S, big, nt)
+    _relevant_bound(R, S, big, nt, gp, gt)
     aw = W.aw
     ridx = A.ridx
     for a in range(R):
         r = ridx[a]
         bnd[r] = abs(v[r]) * (aw[r] - S.aw[a]) + S.bnd[a]
+
+
+@njit(cache=True, **_STEP)
+def _relevant_bound(R, S, big, nt, gp, gt):
+    """``S.bnd[a] = sum_b w_ab |v_b - v_a|`` and ``S.aw[a] = sum_b w_ab`` (``b != a``) over the
+    query reduced to its ``R`` relevant documents (:func:`_relevant_part`).
+
+    By the exact windowed loops (:func:`_sorted_bound`) where the grid is not cheaper for the
+    reduced query (``use_grid`` with ``grid_mode`` ``gp``); else split by ``v``: the
+    documents are cut into ``_CMAX`` classes of consecutive ``v`` (by rank), the pairs of
+    different classes are kernel sums whose sign the classes' order gives (the grid,
+    ``vsep``), and only the pairs within a class take the exact windowed loops: about
+    ``1 / _CMAX`` of the pairs."""
+    x = S.x[:R]
+    if not use_grid(x, S.jend, R, gp):
+        _sorted_bound(R, S, big, nt)
+        return
+    v = S.v[:R]
+    C = _CMAX
+    neg = np.empty(R)
+    for a in range(R):
+        neg[a] = -v[a]
+    rank = np.empty(R, dtype=np.int32)
+    argsort_desc(neg, rank)  # ascending v
+    cls = np.empty(R, dtype=np.int64)
+    for i in range(R):
+        cls[rank[i]] = 1 + (i * C) // R
+    tmp = np.empty((3, R))
+    if big:
+        grid_chain_par(x, v, S.e[:R], tmp[0], S.bnd[:R], tmp[1], tmp[2], S.aw[:R], cls, C,
+                       R >= 0, gt, nt, R >= 0)
+    else:
+        grid_chain_seq(x, v, S.e[:R], tmp[0], S.bnd[:R], tmp[1], tmp[2], S.aw[:R], cls, C,
+                       R >= 0, gt, R >= 0)
+    # the pairs within each class, exactly: the class's documents in sorted order
+    cnt = np.zeros(C + 1, dtype=np.int64)
+    for a in range(R):
+        cnt[cls[a]] += 1
+    T = pair_work(cnt.max())
+    mem = np.empty(R, dtype=np.int64)
+    for c in range(1, C + 1):
+        m = 0
+        for a in range(R):
+            if cls[a] == c:
+                mem[m] = a
+                T.x[m] = x[a]
+                T.v[m] = v[a]
+                m += 1
+        if m < 2:
+            continue
+        _windows(T.x[:m], T.ex[:m], T.jend[:m], T.bend[:m])
+        _sorted_bound(m, T, big, nt)
+        for i in range(m):
+            S.bnd[mem[i]] += T.bnd[i]
 
 
 @njit(inline="always", cache=True)

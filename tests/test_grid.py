@@ -234,3 +234,26 @@ def test_long_query_auto_against_exact_windowed_kernel():
     g0, h0 = exact.grad_hess(s, y, ptr)
     assert np.abs(g1 - g0).max() <= 1e-6 * np.abs(g0).max()
     assert np.abs(h1 - h0).max() <= 1e-6 * np.abs(h0).max()
+
+
+def test_approx_ap_auto_splits_many_relevant_by_v():
+    # a long query whose 3,600 relevant documents are all within one window of each other: the
+    # automatic choice takes the grid, and the relevant documents' bound splits by v (pairs of
+    # different v classes on the grid, pairs within a class exactly); the exact windowed kernel
+    # is the reference
+    rng = np.random.default_rng(3)
+    n = 8000
+    ptr = np.array([0, n], dtype=np.int64)
+    s = rng.normal(size=n) * 0.3
+    y = (rng.random(n) < 0.45).astype(float)
+    x = np.sort(10.0 * s[y >= 1])[::-1]
+    x -= x[0]
+    jend = np.searchsorted(-x, -x + K._T, side="right").astype(np.int64)
+    assert G.use_grid(x, jend, x.size, 0)  # the relevant documents alone take the grid
+    fast = ApproxAP()
+    g1, h1 = fast.grad_hess(s, y, ptr)
+    exact = ApproxAP()
+    exact._grid_mode = -1
+    g0, h0 = exact.grad_hess(s, y, ptr)
+    assert np.abs(g1 - g0).max() <= 1e-6 * np.abs(g0).max()
+    assert np.abs(h1 - h0).max() <= 1e-6 * np.abs(h0).max()
