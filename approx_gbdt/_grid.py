@@ -48,15 +48,17 @@ total. For a target of gain 0 (``v_k = 0``) every term of a class has one sign a
 nonzero gains per query; otherwise (and for ApproxNDCG@k, whose ``v`` is not monotone) the
 bound stays on the exact windowed path of ``_pairs``. ApproxAP's ``v`` is coupled across the
 relevant documents and zero on the others: its bound takes the chain sums with weights
-``|v|`` and the exact windowed loops over the relevant documents only
-(``_kernels._ap_grid_bound``).
+``|v|`` and, for the relevant documents' own sum, either the exact windowed loops or classes
+of consecutive ``v`` (``vsep``: the pairs of different classes on the grid, with the sign
+of ``v_j - v_k`` given by the classes' order, the pairs within a class exactly;
+``_kernels._ap_grid_bound``).
 
 Error bound. With ``_H = 1`` and ``_P = 8`` the interpolation error of each kernel on any
 pair of boxes (both ends interpolated) is at most ``eps_K`` = 3.4e-9 (sig), 1.1e-8 (w),
 3.1e-8 (sig''), 2.2e-8 (w^2) (measured on dense random samples; Chebyshev interpolation of
 a function analytic in the strip ``|Im z| < pi`` on an interval of width 1 converges like
 ``rho^-P``, ``rho ~ 12.6``: 10 nodes would give about 150 times less, at about 1.5 times the
-cost of the box products and twice the work per document). That is at the float32 precision
+cost of the box products and 1.25 times the work per document). That is at the float32 precision
 (6e-8) in which LightGBM and XGBoost keep the gradients and Hessians. So
 
     |F_c(k) - F~_c(k)| <= eps_K sum_{j near k} |c_j|      (near: |x_j - x_k| < (D + 1) _H)
@@ -165,9 +167,9 @@ def _costs(x, jend, n):
 def use_grid(x, jend, n, grid_mode):
     """Whether to take the grid path for this sorted query: ``grid_mode`` 1 always, -1 never,
     0 where it is cheaper. The cost model, fitted on one thread (ApproxNDCG, queries of 1,024
-    to 4,000 documents, score spreads from all pairs in the window to a few): exact path
-    ~ 0.16 us per document + 1.1 ns per window pair; grid path ~ 0.36 us per document + 0.2 us
-    per pair of partner boxes."""
+    to 4,000 documents, score spreads from all pairs in the window to a few; applied from
+    ``GRID_MIN_N``): exact path ~ 0.16 us per document + 1.1 ns per window pair; grid path
+    ~ 0.36 us per document + 0.2 us per pair of partner boxes."""
     if grid_mode < 0 or n < 2:
         return False
     if grid_mode > 0:

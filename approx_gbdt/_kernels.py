@@ -241,11 +241,11 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     """Whether ApproxAP's bound of a query whose positions took the grid is cheaper by
     :func:`_ap_grid_bound` than by the exact windowed chain (``grid_mode`` 1: always);
     ``rel_jend`` are the window ends of the query reduced to its relevant documents
-    (:func:`_relevant_part`). The cost model, fitted on one thread: exact chain ~ 0.37 ns per
-    window pair; grid bound ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.39
-    ns per window pair of relevant documents (:func:`_sorted_bound`). Its grid terms were
-    measured with 10 interpolation nodes per box; with ``_grid``'s 8 the grid part costs less,
-    so the model errs towards the exact chain."""
+    (:func:`_relevant_part`). The cost model (one thread): exact chain ~ 0.37 ns per window
+    pair; grid bound at most ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.39
+    ns per window pair of relevant documents (upper estimates: the grid's part costs less,
+    and so do the relevant pairs where :func:`_relevant_bound` splits them), so that it errs
+    towards the exact chain."""
     if grid_mode > 0:
         return True
     pairs, box_pairs = _costs(x, jend, n)
@@ -258,8 +258,8 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
 @njit(cache=True, **_STEP)
 def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
-    O(n) grid work plus the exact windowed loops over the relevant documents only (``S``,
-    from :func:`_relevant_part`).
+    O(n) grid work plus the relevant documents' own sum (``S``, from :func:`_relevant_part`;
+    :func:`_relevant_bound`).
 
     ``v`` is zero on the irrelevant documents, so for an irrelevant ``k`` the bound is the
     kernel sum ``sum_j w_kj |v_j|`` (the grid's chain sum with weights ``|v|``: ``sum_j w_kj
@@ -300,11 +300,14 @@ def _relevant_bound(R, S, big, nt, gp, gt):
     query reduced to its ``R`` relevant documents (:func:`_relevant_part`).
 
     By the exact windowed loops (:func:`_sorted_bound`) where the grid is not cheaper for the
-    reduced query (``use_grid`` with ``grid_mode`` ``gp``); else split by ``v``: the
+    reduced query (``use_grid`` with ``grid_mode`` ``gp``: ApproxNDCG's cost model, which
+    leaves out the split's 8 classes and its pairs within a class); else split by ``v``: the
     documents are cut into ``_CMAX`` classes of consecutive ``v`` (by rank), the pairs of
     different classes are kernel sums whose sign the classes' order gives (the grid,
-    ``vsep``), and only the pairs within a class take the exact windowed loops: about
-    ``1 / _CMAX`` of the pairs."""
+    ``vsep``), and only the pairs within a class take the exact windowed loops. That is about
+    ``1 / _CMAX`` of the window pairs when the relevant documents lie within a window or two
+    of each other; fewer are saved when ``v`` follows the score over many windows (a class is
+    then a run of neighbours)."""
     x = S.x[:R]
     if not use_grid(x, S.jend, R, gp):
         _sorted_bound(R, S, big, nt)
