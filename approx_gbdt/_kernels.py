@@ -313,7 +313,7 @@ def _relevant_bound(R, S, big, nt, gp, gt):
         _sorted_bound(R, S, big, nt)
         return
     v = S.v[:R]
-    C = _CMAX
+    C = min(_CMAX, R)  # a run-time value: a literal would compile the grid once more
     neg = np.empty(R)
     for a in range(R):
         neg[a] = -v[a]
@@ -336,7 +336,7 @@ def _relevant_bound(R, S, big, nt, gp, gt):
     T = pair_work(cnt.max())
     mem = np.empty(R, dtype=np.int64)
     for c in range(1, C + 1):
-        m = 0
+        m = np.int64(0)  # not a literal 0 (that would compile _sorted_bound once more)
         for a in range(R):
             if cls[a] == c:
                 mem[m] = a
