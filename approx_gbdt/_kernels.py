@@ -244,7 +244,7 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     (:func:`_relevant_part`). The cost model (one thread): exact chain ~ 0.37 ns per window
     pair; grid bound at most ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.39
     ns per window pair of relevant documents (upper estimates: the grid's part costs less,
-    and so do the relevant pairs where :func:`_relevant_bound` splits them), so that it errs
+    and so do the relevant pairs where :func:`_ap_grid_bound` splits them), so that it errs
     towards the exact chain."""
     if grid_mode > 0:
         return True
@@ -258,8 +258,11 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
 @njit(cache=True, **_STEP)
 def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
-    O(n) grid work plus the relevant documents' own sum (``S``, from :func:`_relevant_part`;
-    :func:`_relevant_bound`).
+    O(n) grid work plus the relevant documents' own sums (``S``, from
+    :func:`_relevant_part`): where the grid is cheaper for them, split into classes of
+    consecutive ``v`` (:func:`_v_classes`; the pairs of different classes on the grid, whose
+    sign the classes' order gives, the pairs within a class exactly, :func:`_within_classes`),
+    else the exact windowed loops (:func:`_sorted_bound`).
 
     ``v`` is zero on the irrelevant documents, so for an irrelevant ``k`` the bound is the
     kernel sum ``sum_j w_kj |v_j|`` (the grid's chain sum with weights ``|v|``: ``sum_j w_kj
@@ -268,7 +271,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
         |v_k| (aw_k - sum_{j rel} w_kj) + sum_{j rel} w_kj |v_j - v_k|
 
     (``aw_k = sum_j w_kj`` from the chain sums); the two sums over relevant ``j`` are those of
-    the query reduced to its relevant documents (:func:`_relevant_bound`)."""
+    the query reduced to its relevant documents."""
     x = W.x[:n]
     v = W.v[:n]
     bnd = W.bnd[:n]
@@ -286,7 +289,21 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
                        n < 0)
     if R == 0:
         return
-    _relevant_bound(R, S, big, nt, gp, gt)
+    # the relevant documents' own sums: split by v where the grid is cheaper for them
+    # (ApproxNDCG's cost model ``use_grid``, which leaves out the split's classes and its
+    # pairs within a class), else the exact windowed loops
+    if use_grid(S.x[:R], S.jend, R, gp):
+        cls, C = _v_classes(S.v[:R])
+        xr, vr, work = S.x[:R], S.v[:R], np.empty((3, R))
+        if big:
+            grid_chain_par(xr, vr, S.e[:R], work[0], S.bnd[:R], work[1], work[2], S.aw[:R], cls,
+                           C, R >= 0, gt, nt, R >= 0)
+        else:
+            grid_chain_seq(xr, vr, S.e[:R], work[0], S.bnd[:R], work[1], work[2], S.aw[:R], cls,
+                           C, R >= 0, gt, R >= 0)
+        _within_classes(R, S, cls, C, big, nt)
+    else:
+        _sorted_bound(R, S, big, nt)
     aw = W.aw
     ridx = A.ridx
     for a in range(R):
@@ -295,24 +312,12 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
 
 
 @njit(cache=True, **_STEP)
-def _relevant_bound(R, S, big, nt, gp, gt):
-    """``S.bnd[a] = sum_b w_ab |v_b - v_a|`` and ``S.aw[a] = sum_b w_ab`` (``b != a``) over the
-    query reduced to its ``R`` relevant documents (:func:`_relevant_part`).
-
-    By the exact windowed loops (:func:`_sorted_bound`) where the grid is not cheaper for the
-    reduced query (``use_grid`` with ``grid_mode`` ``gp``: ApproxNDCG's cost model, which
-    leaves out the split's 8 classes and its pairs within a class); else split by ``v``: the
-    documents are cut into ``_CMAX`` classes of consecutive ``v`` (by rank), the pairs of
-    different classes are kernel sums whose sign the classes' order gives (the grid,
-    ``vsep``), and only the pairs within a class take the exact windowed loops. That is about
-    ``1 / _CMAX`` of the window pairs when the relevant documents lie within a window or two
-    of each other; fewer are saved when ``v`` follows the score over many windows (a class is
-    then a run of neighbours)."""
-    x = S.x[:R]
-    if not use_grid(x, S.jend, R, gp):
-        _sorted_bound(R, S, big, nt)
-        return
-    v = S.v[:R]
+def _v_classes(v):
+    """``_CMAX`` classes (fewer for fewer documents) of consecutive ``v`` by rank, 1 for the
+    smallest: every ``v`` of a class is at most every ``v`` of the next (the grid's ``vsep``
+    split; ties may fall on both sides of a cut, where ``v_j - v_k = 0``). Returns the class
+    of each document and the number of classes."""
+    R = v.shape[0]
     C = min(_CMAX, R)  # a run-time value: a literal would compile the grid once more
     neg = np.empty(R)
     for a in range(R):
@@ -322,14 +327,19 @@ def _relevant_bound(R, S, big, nt, gp, gt):
     cls = np.empty(R, dtype=np.int64)
     for i in range(R):
         cls[rank[i]] = 1 + (i * C) // R
-    tmp = np.empty((3, R))
-    if big:
-        grid_chain_par(x, v, S.e[:R], tmp[0], S.bnd[:R], tmp[1], tmp[2], S.aw[:R], cls, C,
-                       R >= 0, gt, nt, R >= 0)
-    else:
-        grid_chain_seq(x, v, S.e[:R], tmp[0], S.bnd[:R], tmp[1], tmp[2], S.aw[:R], cls, C,
-                       R >= 0, gt, R >= 0)
-    # the pairs within each class, exactly: the class's documents in sorted order
+    return cls, C
+
+
+@njit(cache=True, **_STEP)
+def _within_classes(R, S, cls, C, big, nt):
+    """Adds to ``S.bnd`` the bound's pairs within each class of ``cls`` (:func:`_v_classes`)
+    by the exact windowed loops (:func:`_sorted_bound`), each class's documents in sorted
+    order; the grid's ``vsep`` sums have the pairs of different classes. About ``1 / C`` of
+    the window pairs when the documents lie within a window or two of each other; fewer are
+    saved when ``v`` follows the score over many windows (a class is then a run of
+    neighbours)."""
+    x = S.x[:R]
+    v = S.v[:R]
     cnt = np.zeros(C + 1, dtype=np.int64)
     for a in range(R):
         cnt[cls[a]] += 1
