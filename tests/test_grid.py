@@ -254,13 +254,22 @@ def test_long_query_auto_against_exact_windowed_kernel():
     s = rng.normal(size=n) * 70.0
     s[: n // 10] = 0.0
     y = (rng.random(n) < 0.4) * rng.integers(1, 5, n).astype(float)
+    assert _takes_grid(s)
+    _auto_against_exact(ApproxNDCG, s, y, ptr)
+
+
+def _takes_grid(s):
+    """Whether the automatic choice takes the grid for one query of scores ``s``."""
     x = np.sort(10.0 * s)[::-1]
     x -= x[0]
     jend = np.searchsorted(-x, -x + K._T, side="right").astype(np.int64)
-    assert G.use_grid(x, jend, n, 0)
-    fast = ApproxNDCG()
-    g1, h1 = fast.grad_hess(s, y, ptr)
-    exact = ApproxNDCG()
+    return G.use_grid(x, jend, x.size, 0)
+
+
+def _auto_against_exact(make, s, y, ptr):
+    """The automatic choice within 1e-6 (max-norm relative) of the exact windowed kernel."""
+    g1, h1 = make().grad_hess(s, y, ptr)
+    exact = make()
     exact._grid_mode = -1
     g0, h0 = exact.grad_hess(s, y, ptr)
     assert np.abs(g1 - g0).max() <= 1e-6 * np.abs(g0).max()
@@ -277,14 +286,5 @@ def test_approx_ap_auto_splits_many_relevant_by_v():
     ptr = np.array([0, n], dtype=np.int64)
     s = rng.normal(size=n) * 0.3
     y = (rng.random(n) < 0.45).astype(float)
-    x = np.sort(10.0 * s[y >= 1])[::-1]
-    x -= x[0]
-    jend = np.searchsorted(-x, -x + K._T, side="right").astype(np.int64)
-    assert G.use_grid(x, jend, x.size, 0)  # the relevant documents alone take the grid
-    fast = ApproxAP()
-    g1, h1 = fast.grad_hess(s, y, ptr)
-    exact = ApproxAP()
-    exact._grid_mode = -1
-    g0, h0 = exact.grad_hess(s, y, ptr)
-    assert np.abs(g1 - g0).max() <= 1e-6 * np.abs(g0).max()
-    assert np.abs(h1 - h0).max() <= 1e-6 * np.abs(h0).max()
+    assert _takes_grid(s[y >= 1])  # the relevant documents alone take the grid
+    _auto_against_exact(ApproxAP, s, y, ptr)
