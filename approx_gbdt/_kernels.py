@@ -39,6 +39,7 @@ from numba import config, get_num_threads, njit, set_num_threads
 from approx_gbdt._grid import (
     _CMAX,
     GRID_MIN_N,
+    _class_members,
     _costs,
     gain_classes,
     grid_chain_par,
@@ -338,27 +339,20 @@ def _within_classes(R, S, cls, C, big, nt):
     the window pairs when the documents lie within a window or two of each other; fewer are
     saved when ``v`` follows the score over many windows (a class is then a run of
     neighbours)."""
-    x = S.x[:R]
-    v = S.v[:R]
-    cnt = np.zeros(C + 1, dtype=np.int64)
-    for a in range(R):
-        cnt[cls[a]] += 1
-    T = pair_work(cnt.max())
-    mem = np.empty(R, dtype=np.int64)
+    mem, mst = _class_members(cls, R, C)
+    T = pair_work(R)
     for c in range(1, C + 1):
-        m = np.int64(0)  # not a literal 0 (that would compile _sorted_bound once more)
-        for a in range(R):
-            if cls[a] == c:
-                mem[m] = a
-                T.x[m] = x[a]
-                T.v[m] = v[a]
-                m += 1
+        a0 = mst[c]
+        m = mst[c + 1] - a0
         if m < 2:
             continue
+        for i in range(m):
+            T.x[i] = S.x[mem[a0 + i]]
+            T.v[i] = S.v[mem[a0 + i]]
         _windows(T.x[:m], T.ex[:m], T.jend[:m], T.bend[:m])
         _sorted_bound(m, T, big, nt)
         for i in range(m):
-            S.bnd[mem[i]] += T.bnd[i]
+            S.bnd[mem[a0 + i]] += T.bnd[i]
 
 
 @njit(inline="always", cache=True)

@@ -35,7 +35,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import _FM, _STEP, _windows, argsort_desc, query_weights
+from approx_gbdt._pairs import _FM, _STEP, _segment, _windows, argsort_desc, query_weights
 from approx_gbdt._reference import finish_query, trivial_query
 
 MU = 10.0  # weight of the rank-distance term
@@ -91,11 +91,8 @@ def _query(s, gains, inv_z, mu, window, ind, dd, order, x, ex, jend, bend, gs, g
         gi = 0.0
         hi = 0.0
         for part in range(3):
-            if part == 0:
-                j0, j1, f = t + 1, min(u1, b1), 1.0 / ex[t]
-            elif part == 1:
-                j0, j1 = max(t + 1, b1), min(u1, b2)
-                f = math.exp(x[b1] - x[t]) if j0 < j1 else 0.0
+            if part < 2:  # the row's exp block and the next (_pairs._segment)
+                j0, j1, f = _segment(part, t, t + 1, min(u1, b2), b1, x, ex)
             else:
                 j0, j1, f = max(t + 1, b2), u1, 0.0
             if j0 < j1:
