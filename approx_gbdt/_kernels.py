@@ -54,6 +54,7 @@ from approx_gbdt._measure_terms import (
     TERM_LOG,
     ap_offdiag,
     ap_relevant,
+    ap_small,
     ap_value_sum,
     ap_ve,
     ap_work,
@@ -63,6 +64,7 @@ from approx_gbdt._measure_terms import (
 )
 from approx_gbdt._pairs import (
     _ENTRY,
+    _FM,
     _PAR_MIN,
     _STEP,
     _T,
@@ -83,10 +85,12 @@ from approx_gbdt._pairs import (
     _variant_named,
     _windows,
     argsort_desc,
+    finish_rows,
     need_exact_parts,
     pair_work,
     query_weights,
 )
+from approx_gbdt._small import SMALL_N, pair_table, small_chain, small_positions
 
 __all__ = [
     "HESS_ABS",
@@ -95,6 +99,7 @@ __all__ = [
     "HESS_EXACT",
     "HESS_MIXED",
     "KIND_AP",
+    "SMALL_N",
     "_PAR_MIN",
     "_T",
     "_TILE",
@@ -461,6 +466,74 @@ _short_block_exact = _make_short_block(True)
 _short_block_bound = _make_short_block(False)
 
 
+def _make_small_block(exact):
+    """The tier of the shortest queries (fewer than ``_small.SMALL_N`` documents) of a separable
+    measure: the direct pair loops of ``_small`` instead of the windowed ones, query order
+    throughout (the sort order ``order`` is neither used nor changed); ``exact`` as in
+    :func:`_make_short_block`."""
+
+    def small_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
+                    theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
+        m = _largest(group_ptr, group_ptr, q0, q1, lo, hi)[0]
+        W = pair_work(m)
+        P = pair_table(m)
+        ident = np.empty(m, dtype=np.int32)
+        for r in range(m):
+            ident[r] = r
+        for q in range(q0, q1):
+            a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+            if a < 0:
+                continue
+            n = b - a
+            small_positions(s[a:b], alpha, W, P)
+            if job == JOB_POSITIONS:
+                for r in range(n):
+                    pos[a + r] = W.pos[r]
+                continue
+            separable_ve(n, W, gains[a:b], ident, inv_z[q], kind, k, beta, theta)
+            small_chain(n, W, P, exact)
+            finish_rows(n, W, ident, alpha, mode, floor, constant, normalize, exact, W.v[:0],
+                        w_q, grad[a:b], hess[a:b], False)
+
+    return njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy", **_ENTRY)(
+        _variant_named(small_block, "_small_block", exact))
+
+
+_small_block_exact = _make_small_block(True)
+_small_block_bound = _make_small_block(False)
+
+
+@njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy", **_ENTRY)
+def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+                    mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
+    """:func:`_make_small_block` for ApproxAP, for its values and for the Hessian modes that
+    need none of the exact diagonal's sums."""
+    m = _largest(group_ptr, group_ptr, q0, q1, lo, hi)[0]
+    W = pair_work(m)
+    P = pair_table(m)
+    Pr = pair_table(m)
+    T = pair_work(m)  # scratch of the relevant documents' sums (x, ex, g, bnd)
+    ident = np.empty(m, dtype=np.int32)
+    for r in range(m):
+        ident[r] = r
+    for q in range(q0, q1):
+        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+        if a < 0:
+            continue
+        n = b - a
+        small_positions(s[a:b], alpha, W, P)
+        for r in range(n):
+            W.v[r] = 0.0
+        val = ap_small(W.pos, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, inv_z[q], T.x, T.ex,
+                       Pr[0], Pr[1], T.g, T.bnd, W.v)
+        if job == JOB_VALUE:
+            out[q] = val
+            continue
+        small_chain(n, W, P, False)
+        finish_rows(n, W, ident, alpha, mode, floor, constant, normalize, False, W.v[:0], w_q,
+                    grad[a:b], hess[a:b], False)
+
+
 @njit(nogil=True, cache=True, **_ENTRY)
 def _long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                 theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, big, nt,
@@ -595,11 +668,14 @@ _EMPTY = np.empty(0)
 
 def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
               theta, mode, floor, constant, normalize, grad, hess, pos, out, order, par_min, nt,
-              grid_mode):
-    """Run ``job`` on every query, in three tiers by length ``n``:
+              grid_mode, small_n=SMALL_N):
+    """Run ``job`` on every query, in four tiers by length ``n``:
 
-    - ``n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query per
-      thread by the exact windowed loops (:func:`_make_short_block`);
+    - ``n < small`` (``small_n`` and ``short``; for ApproxAP only where the Hessian mode needs
+      none of the exact diagonal's sums, else its shortest queries take the next tier): one
+      query per thread by the direct pair loops of ``_small`` (:func:`_make_small_block`);
+    - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
+      per thread by the exact windowed loops (:func:`_make_short_block`);
     - ``short <= n < par_min``: one query per thread, grid where it is cheaper (:func:`_query`);
     - ``n >= par_min``: one query after the other, rows split across the threads.
 
@@ -621,20 +697,26 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     exact = need_exact_parts(mode) if job == JOB_GRAD else not coupled
     if coupled:
         short_block = _short_block_ap_exact if exact else _short_block_ap_bound
+        small_block = _small_block_ap
         long_block = _long_block_ap
         args = (job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta, mode, floor,
                 constant, normalize, grad, hess, out, order)
     else:
         short_block = _short_block_exact if exact else _short_block_bound
+        small_block = _small_block_exact if exact else _small_block_bound
         long_block = _long_block
         args = (job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta, mode,
                 floor, constant, normalize, grad, hess, pos, order)
     split = max(par_min, short)
     end = int(sizes.max()) + 1
     nq = sizes.shape[0]
-    tier = sizes < short
+    small = 0 if coupled and exact else min(small_n, short)
+    tier = sizes < small
     if tier.any():
-        _on_threads(short_block, nt, group_ptr, int(sizes[tier].sum()), *args, 0, short)
+        _on_threads(small_block, nt, group_ptr, int(sizes[tier].sum()), *args, 0, small)
+    tier = (sizes >= small) & (sizes < short)
+    if tier.any():
+        _on_threads(short_block, nt, group_ptr, int(sizes[tier].sum()), *args, small, short)
     tier = (sizes >= short) & (sizes < split)
     if tier.any():
         _on_threads(long_block, nt, group_ptr, int(sizes[tier].sum()), *args, short, split,
@@ -648,7 +730,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
               theta, mode, floor, constant, normalize, grad, hess, order, par_min=_PAR_MIN,
-              grid_mode=_GRID_AUTO, n_threads=None):
+              grid_mode=_GRID_AUTO, n_threads=None, small_n=SMALL_N):
     """Gradient and Hessian (approximation selected by ``mode``) of L = -sum_q M_q.
 
     ``kind`` is a separable term (``_measure_terms.TERM_*``, with ``gains`` and the per-query
@@ -659,8 +741,9 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     ``weights`` has one entry per document, or is empty for unit weights. ``order`` (from
     ``make_work``) keeps each query's sort order between calls. Queries of at least
     ``par_min`` documents are split across threads. Long queries take the grid path
-    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never). ``n_threads``
-    (the host library's setting; default Numba's) caps the threads of this call.
+    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never); queries of fewer
+    than ``small_n`` documents take the direct loops of ``_small``. ``n_threads`` (the host
+    library's setting; default Numba's) caps the threads of this call.
     """
     nq = group_ptr.shape[0] - 1
     if kind == KIND_AP:
@@ -670,7 +753,7 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     with threads_capped(n_threads) as nt:
         _schedule(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind,
                   k, beta, theta, mode, floor, constant, normalize, grad, hess, s[:0],
-                  np.zeros(nq), order, par_min, nt, grid_mode)
+                  np.zeros(nq), order, par_min, nt, grid_mode, small_n)
 
 
 @contextlib.contextmanager

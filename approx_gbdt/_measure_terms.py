@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit
 
 from approx_gbdt._pairs import _ENTRY, _FM, _STEP, _sig_pair, _window_starts, _windows, argsort_desc
+from approx_gbdt._small import pair_sigmoids
 
 TERM_LOG = 0
 TERM_RECIP = 1
@@ -339,6 +340,41 @@ def ap_ve(n, R, W, A, beta, ir):
         v[r] = (-Qa * Qa * sa1 + beta * A.td[a]) * ir
         ee[r] = (2.0 * Qa * Qa * Qa * sa1 - 2.0 * beta * Qa * Qa * A.ts[a]
                  + beta * beta * A.tc[a]) * ir
+
+
+@njit(inline="always", cache=True)
+def ap_small(pos, rel_local, beta, ir, y, E, sig, wt, S, TD, v):
+    """ApproxAP's ``v`` on the relevant documents of a short query, in query order, by the
+    direct pair loops of ``_small`` (every relevant pair once; ``v`` of the other documents is
+    left as it is); returns the query's value. ``y``, ``E``, ``S``, ``TD`` (length at least R)
+    and the pair rows ``sig``, ``wt`` (at least R (R - 1) / 2) are scratch.
+
+    With ``y_a = -beta pos^_a`` the pair table holds ``sig(y_b - y_a) = sig(beta (p_a - p_b))``
+    for ``a < b``, and ``S_a = sum_{b != a} sig(beta (p_a - p_b))``, ``q_a = 1 / p_a``,
+    ``v_a = (-q_a^2 (1 + S_a) + beta sum_b tau_ab (q_a - q_b)) / R``.
+    """
+    R = rel_local.shape[0]
+    for a in range(R):
+        y[a] = -beta * pos[rel_local[a]]
+        S[a] = 0.0
+        TD[a] = 0.0
+    pair_sigmoids(y[:R], E, sig, wt, S)
+    t = 0
+    for a in range(R):
+        qa = 1.0 / pos[rel_local[a]]
+        acc = 0.0
+        for b in range(a + 1, R):
+            d = wt[t] * (qa - 1.0 / pos[rel_local[b]])
+            acc += d
+            TD[b] -= d
+            t += 1
+        TD[a] += acc
+    val = 0.0
+    for a in range(R):
+        qa = 1.0 / pos[rel_local[a]]
+        val += qa * (1.0 + S[a])
+        v[rel_local[a]] = (-qa * qa * (1.0 + S[a]) + beta * TD[a]) * ir
+    return val * ir
 
 
 @njit(inline="always", cache=True)

@@ -613,10 +613,21 @@ def _sorted_chain_par(n, W, need_exact, nt):
 @njit(cache=True, **_STEP)
 def _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off,
                    wts, grad, hess):
-    """Combine the sums into the gradient and Hessian of L, normalise, weight and scatter.
+    """Combine the sums into the gradient and Hessian of L, normalise, weight and scatter
+    (:func:`finish_rows` after the windowed loops)."""
+    finish_rows(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off, wts,
+                grad, hess, True)
+
+
+@njit(inline="always", cache=True)
+def finish_rows(n, W, order, alpha, mode, floor, constant, normalize, need_exact, off, wts,
+                grad, hess, windowed):
+    """The gradient and Hessian of L from the sums in ``W`` (row ``r`` of the work space is
+    document ``order[r]`` of the query), normalised by log2(1 + S) / S with
+    S = alpha sum_r |g_r|, weighted and scattered.
 
     ``off`` holds a coupled measure's off-diagonal part of the exact diagonal (empty for a
-    separable measure). The normalisation's S = sum |g| also counts, for every row, the first
+    separable measure). After the ``windowed`` loops S also counts, for every row, the first
     skipped pair (at most e^-T relative): negligible unless every pair of the query is
     saturated, where it keeps log2(1 + S) / S at its limit 1 / ln 2 as in the exact kernel
     (S tiny but positive there).
@@ -627,7 +638,7 @@ def _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_ex
     tot = 0.0
     for r in range(n):
         tot += abs(g[r])
-    if normalize:
+    if normalize and windowed:
         x = W.x
         v = W.v
         jend = W.jend

@@ -251,6 +251,7 @@ class _ApproxObjective:
 
     _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
+    _small_n = K.SMALL_N  # queries of fewer documents: the direct loops (_small)
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)
@@ -396,7 +397,7 @@ class _ApproxObjective:
             s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr, weights,
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
-            grid_mode=self._grid_mode, n_threads=n_threads,
+            grid_mode=self._grid_mode, n_threads=n_threads, small_n=self._small_n,
         )
         warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess

@@ -1,0 +1,160 @@
+"""Direct pair loops for short queries: every pair once, in query order, no sorting.
+
+For a query of a few dozen documents the windowed loops of ``_pairs`` spend more on their
+per-row machinery (the sort, windows, exp blocks, tiles, a call per row segment) than on the
+pairs themselves. These loops visit every pair ``i < j`` of a query of fewer than ``SMALL_N``
+documents once, with ``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one exponential per
+document):
+
+    sig_ij = sig(alpha (s_j - s_i)) = E_j / (E_i + E_j),   w_ij = sig_ij sig_ji
+
+one division per pair, every value rounded as the windowed loops round theirs (relative error
+a few ulps). ``E`` stays a normal number while ``alpha`` times the query's score range is below
+``_SPREAD``; a wider query takes one ``exp(-|x_j - x_i|)`` per pair. Unlike the windowed
+loops, no pair is skipped: the saturated ones add their tiny weights, as in the reference loops
+(``_reference``), which keeps the normalisation's ``log2(1 + S) / S`` at its limit ``1 / ln 2``
+where every pair of a query is saturated.
+The pairs' sigmoids and weights are kept in a table (``n (n - 1) / 2`` of each) from the
+positions to the chain-rule sums. Notation and sums as in ``_pairs``; the results go into the
+same :class:`~approx_gbdt._pairs.PairWork` fields, indexed in query order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from approx_gbdt._pairs import _sig_pair
+
+SMALL_N = 40  # queries of fewer documents take these loops (the windowed ones win above)
+_SPREAD = 600.0  # exp(-600) ~ 1e-261: E and E_i + E_j stay normal numbers
+_EXP_MAX = 800.0  # exp(-800) underflows to 0
+
+
+@njit(inline="always", cache=True)
+def pair_table(n):
+    """The pair table of queries of up to ``n`` documents: row 0 ``sig_ij``, row 1 ``w_ij``."""
+    return np.empty((2, max(n * (n - 1) // 2, 1)))
+
+
+@njit(inline="always", cache=True)
+def pair_sigmoids(x, E, sig, wt, acc):
+    """For the pairs ``i < j`` of ``x``, row by row: ``sig[t] = sig(x_j - x_i)`` and
+    ``wt[t] = sig(x_j - x_i) sig(x_i - x_j)``; adds ``sum_{j != i} sig(x_j - x_i)`` to
+    ``acc[i]`` (``E`` is scratch of the length of ``x``)."""
+    n = x.shape[0]
+    if n == 0:
+        return
+    top = x[0]
+    lo = x[0]
+    for i in range(n):
+        top = max(top, x[i])
+        lo = min(lo, x[i])
+    t = 0
+    if lo - top > -_SPREAD:
+        for i in range(n):
+            E[i] = math.exp(x[i] - top)
+        for i in range(n):
+            ei = E[i]
+            a = 0.0
+            for j in range(i + 1, n):
+                r = 1.0 / (ei + E[j])
+                sij = E[j] * r
+                sji = ei * r
+                sig[t] = sij
+                wt[t] = sij * sji
+                t += 1
+                a += sij
+                acc[j] += sji
+            acc[i] += a
+    else:
+        for i in range(n):
+            xi = x[i]
+            a = 0.0
+            for j in range(i + 1, n):
+                d = x[j] - xi
+                if abs(d) <= _EXP_MAX:
+                    sij, sji, w = _sig_pair(d)
+                else:  # exp(-|d|) = 0 (a NaN from an overflow counts as below)
+                    sij = 1.0 if d > 0.0 else 0.0
+                    sji = 1.0 - sij
+                    w = 0.0
+                sig[t] = sij
+                wt[t] = w
+                t += 1
+                a += sij
+                acc[j] += sji
+            acc[i] += a
+
+
+@njit(inline="always", cache=True)
+def small_positions(s, alpha, W, P):
+    """``W.pos`` of one query (query order) and its pair table ``P`` (``W.x`` and ``W.ex`` are
+    scratch)."""
+    n = s.shape[0]
+    x = W.x[:n]
+    top = s[0]
+    for i in range(n):
+        top = max(top, s[i])
+    for i in range(n):
+        x[i] = alpha * (s[i] - top)
+        W.pos[i] = 1.0
+    pair_sigmoids(x, W.ex, P[0], P[1], W.pos)
+
+
+@njit(inline="always", cache=True)
+def small_chain(n, W, P, need_exact):
+    """Chain-rule sums of one query from its pair table and ``W.v``, ``W.e``: ``W.g``,
+    ``W.bnd`` and, when ``need_exact``, ``W.aa``, ``W.ab``, ``W.aw`` (``_pairs`` notation)."""
+    v = W.v
+    e = W.e
+    g = W.g
+    bnd = W.bnd
+    aa = W.aa
+    ab = W.ab
+    aw = W.aw
+    for i in range(n):
+        g[i] = 0.0
+        bnd[i] = 0.0
+        if need_exact:
+            aa[i] = 0.0
+            ab[i] = 0.0
+            aw[i] = 0.0
+    sig = P[0]
+    wt = P[1]
+    t = 0
+    for i in range(n):
+        vi = v[i]
+        ei = e[i]
+        gi = 0.0
+        bi = 0.0
+        ai = 0.0
+        Bi = 0.0
+        wi = 0.0
+        for j in range(i + 1, n):
+            w = wt[t]
+            dv = v[j] - vi
+            wd = w * dv
+            gi += wd
+            g[j] -= wd
+            ad = w * abs(dv)
+            bi += ad
+            bnd[j] += ad
+            if need_exact:
+                c = wd * (1.0 - 2.0 * sig[t])
+                ai += c
+                aa[j] += c
+                w2 = w * w
+                Bi += w2 * e[j]
+                ab[j] += w2 * ei
+                wi += w
+                aw[j] += w
+            t += 1
+        g[i] += gi
+        bnd[i] += bi
+        if need_exact:
+            aa[i] += ai
+            ab[i] += Bi
+            aw[i] += wi
