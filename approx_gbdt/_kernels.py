@@ -671,9 +671,10 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
               grid_mode, small_n=SMALL_N):
     """Run ``job`` on every query, in four tiers by length ``n``:
 
-    - ``n < small`` (``small_n`` and ``short``; for ApproxAP only where the Hessian mode needs
-      none of the exact diagonal's sums, else its shortest queries take the next tier): one
-      query per thread by the direct pair loops of ``_small`` (:func:`_make_small_block`);
+    - ``n < small``: one query per thread by the direct pair loops of ``_small``
+      (:func:`_make_small_block`). ``small`` is ``small_n`` where every query below ``short``
+      is shorter than that (and, for ApproxAP, the Hessian mode needs none of the exact
+      diagonal's sums), else 0;
     - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
       per thread by the exact windowed loops (:func:`_make_short_block`);
     - ``short <= n < par_min``: one query per thread, grid where it is cheaper (:func:`_query`);
@@ -710,7 +711,13 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     split = max(par_min, short)
     end = int(sizes.max()) + 1
     nq = sizes.shape[0]
-    small = 0 if coupled and exact else min(small_n, short)
+    # the direct loops only where every query of the short tiers is below small_n: data with
+    # short queries on both sides of it takes the windowed loops for all of them, so that a
+    # first call compiles one short tier, not two (each costs seconds of compilation)
+    below = sizes < short
+    small = min(small_n, short)
+    if (coupled and exact) or not below.any() or sizes[below].max() >= small:
+        small = 0
     tier = sizes < small
     if tier.any():
         _on_threads(small_block, nt, group_ptr, int(sizes[tier].sum()), *args, 0, small)
