@@ -5,16 +5,19 @@ The kernels are split by role:
 - ``_pairs``: the pair loops (sorting, windows, exp blocks, tiles) that compute the smoothed
   positions and the chain-rule sums from ``v = dM/dpos^`` and ``e = d2M/dpos^2``; they never look
   at the measure.
+- ``_small``: the direct pair loops of short queries (every pair once, in query order).
 - ``_measure_terms``: what a measure contributes (its position term ``t(p)``, ``t'``, ``t''``
   selected by an integer kind, and ApproxAP's coupled term).
 - ``_reference``: the exact O(n^2) loops the tests and benchmarks compare with.
 
-The scheduler here (``_schedule``) sorts the queries into three tiers by length: short ones
-(below ``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact windowed
-loops only; longer ones below ``par_min`` one per thread with the grid where it is cheaper; the
-longest one after the other with their rows split across threads. Each tier is a separately
-compiled function, compiled when first needed, so that a first call on data of short queries
-compiles only the short tier (seconds, not a minute). The per-thread tiers run on Python
+The scheduler here (``_schedule``) sorts the queries into tiers by length: short ones (below
+``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact loops only (the
+direct loops of ``_small`` where every short query of the data has fewer than
+``_small.SMALL_N`` documents, else the windowed ones); longer ones below ``par_min`` one per
+thread with the grid where it is cheaper; the longest one after the other with their rows split
+across threads. Each tier is a separately compiled function, compiled when first needed, so
+that a first call on data of short queries compiles only one short tier (seconds, not a
+minute). The per-thread tiers run on Python
 threads over ``nogil`` compiled code (no spinning between calls); the row split uses Numba's
 parallel loops. Every query goes through the same steps: positions, the measure's ``v`` and
 ``e``, the chain-rule sums, (for ApproxAP's exact diagonal) the off-diagonal part, and the
