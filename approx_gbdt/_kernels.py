@@ -435,7 +435,11 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # its mode uses: ApproxAP's default Hessian ("bound") needs none of the exact sums;
 # ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass that constant on to
 # ``_sorted_finish``, which Numba then compiles for the literal (once per variant, and once
-# more for the long tiers' run-time flag).
+# more for the long tiers' run-time flag). The blocks of the direct loops (``_small``) are
+# compiled only for data whose short queries are all below ``SMALL_N`` (never together with
+# the windowed short blocks for one data set): they inline the last step (``finish_rows``;
+# calling ``_sorted_finish`` made them 15 % slower on queries of 10 documents), and
+# ApproxAP's comes in one variant, as it never needs the exact diagonal's sums.
 
 def _make_short_block(exact):
     """The short tier's block of a separable measure, for Hessian modes that need the exact
@@ -469,6 +473,18 @@ _short_block_exact = _make_short_block(True)
 _short_block_bound = _make_short_block(False)
 
 
+@njit(inline="always", cache=True)
+def _small_space(group_ptr, q0, q1, lo, hi):
+    """The direct loops' work space for the queries ``q0..q1-1`` of ``lo`` to ``hi - 1``
+    documents: a :class:`~approx_gbdt._pairs.PairWork`, a pair table (``_small``) and the rows'
+    order, ``0, 1, ..., m - 1`` (query order)."""
+    m = _largest(group_ptr, group_ptr, q0, q1, lo, hi)[0]
+    ident = np.empty(m, dtype=np.int32)
+    for r in range(m):
+        ident[r] = r
+    return pair_work(m), pair_table(m), ident
+
+
 def _make_small_block(exact):
     """The tier of the shortest queries (fewer than ``_small.SMALL_N`` documents) of a separable
     measure: the direct pair loops of ``_small`` instead of the windowed ones, query order
@@ -477,12 +493,7 @@ def _make_small_block(exact):
 
     def small_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                     theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
-        m = _largest(group_ptr, group_ptr, q0, q1, lo, hi)[0]
-        W = pair_work(m)
-        P = pair_table(m)
-        ident = np.empty(m, dtype=np.int32)
-        for r in range(m):
-            ident[r] = r
+        W, P, ident = _small_space(group_ptr, q0, q1, lo, hi)
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a < 0:
@@ -511,14 +522,9 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
                     mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
     """:func:`_make_small_block` for ApproxAP, for its values and for the Hessian modes that
     need none of the exact diagonal's sums."""
-    m = _largest(group_ptr, group_ptr, q0, q1, lo, hi)[0]
-    W = pair_work(m)
-    P = pair_table(m)
-    Pr = pair_table(m)
-    T = pair_work(m)  # scratch of the relevant documents' sums (x, ex, g, bnd)
-    ident = np.empty(m, dtype=np.int32)
-    for r in range(m):
-        ident[r] = r
+    W, P, ident = _small_space(group_ptr, q0, q1, lo, hi)
+    Pr = pair_table(ident.shape[0])
+    T = pair_work(ident.shape[0])  # scratch of the relevant documents' sums (x, ex, g, bnd)
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a < 0:
@@ -675,9 +681,9 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     """Run ``job`` on every query, in four tiers by length ``n``:
 
     - ``n < small``: one query per thread by the direct pair loops of ``_small``
-      (:func:`_make_small_block`). ``small`` is ``small_n`` where every query below ``short``
-      is shorter than that (and, for ApproxAP, the Hessian mode needs none of the exact
-      diagonal's sums), else 0;
+      (:func:`_make_small_block`). ``small`` is ``min(small_n, short)`` where every query below
+      ``short`` is shorter than that (and, for ApproxAP, the Hessian mode needs none of the
+      exact diagonal's sums), else 0;
     - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
       per thread by the exact windowed loops (:func:`_make_short_block`);
     - ``short <= n < par_min``: one query per thread, grid where it is cheaper (:func:`_query`);
@@ -751,9 +757,10 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     ``weights`` has one entry per document, or is empty for unit weights. ``order`` (from
     ``make_work``) keeps each query's sort order between calls. Queries of at least
     ``par_min`` documents are split across threads. Long queries take the grid path
-    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never); queries of fewer
-    than ``small_n`` documents take the direct loops of ``_small``. ``n_threads`` (the host
-    library's setting; default Numba's) caps the threads of this call.
+    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never); data whose short
+    queries all have fewer than ``small_n`` documents takes the direct loops of ``_small`` (see
+    :func:`_schedule`). ``n_threads`` (the host library's setting; default Numba's) caps the
+    threads of this call.
     """
     nq = group_ptr.shape[0] - 1
     if kind == KIND_AP:

@@ -157,7 +157,7 @@ APWork.__doc__ = """ApproxAP's work space of one query (float arrays of length `
 of length ``n + 1``; index ``a`` runs over the relevant documents in sorted order).
 
 ry, re : -beta (pos^_a - pos^_first) and its exponential within the exp block
-s : sum_{b != a} sig(beta (pos^_b - pos^_a)) (the number of relevant documents above, smoothed)
+s : sum_{b != a} sig(beta (pos^_a - pos^_b)) (the number of relevant documents above, smoothed)
 u : u_a of the off-diagonal part, for the current document k
 ts, td, tc : sum tau_ab, sum tau_ab (q_a - q_b), sum tau_ab (1 - 2 sig_ab) (q_a - q_b)
 off : off-diagonal part of the exact diagonal, per document in sorted order
@@ -325,6 +325,12 @@ def ap_offdiag(n, R, W, A, beta, ir, Hc):
 
 
 @njit(inline="always", cache=True)
+def _ap_v(qa, sa, td, beta, ir):
+    """ApproxAP's ``v_a = (-q_a^2 (1 + S_a) + beta sum_b tau_ab (q_a - q_b)) / R``."""
+    return (-qa * qa * (1.0 + sa) + beta * td) * ir
+
+
+@njit(inline="always", cache=True)
 def ap_ve(n, R, W, A, beta, ir):
     """``W.v`` and ``W.e`` in sorted order for ApproxAP (zero on the irrelevant documents)."""
     v = W.v[:n]
@@ -337,7 +343,7 @@ def ap_ve(n, R, W, A, beta, ir):
         r = ridx[a]
         Qa = A.qr[a]
         sa1 = 1.0 + A.s[a]
-        v[r] = (-Qa * Qa * sa1 + beta * A.td[a]) * ir
+        v[r] = _ap_v(Qa, A.s[a], A.td[a], beta, ir)
         ee[r] = (2.0 * Qa * Qa * Qa * sa1 - 2.0 * beta * Qa * Qa * A.ts[a]
                  + beta * beta * A.tc[a]) * ir
 
@@ -347,7 +353,9 @@ def ap_small(pos, rel_local, beta, ir, y, E, sig, wt, S, TD, v):
     """ApproxAP's ``v`` on the relevant documents of a short query, in query order, by the
     direct pair loops of ``_small`` (every relevant pair once; ``v`` of the other documents is
     left as it is); returns the query's value. ``y``, ``E``, ``S``, ``TD`` (length at least R)
-    and the pair rows ``sig``, ``wt`` (at least R (R - 1) / 2) are scratch.
+    and the pair rows ``sig``, ``wt`` (at least R (R - 1) / 2) are scratch. ``beta`` times the
+    range of the positions may take any value (``pair_sigmoids`` takes one exponential per pair
+    beyond ``_small._SPREAD``).
 
     With ``y_a = -beta pos^_a`` the pair table holds ``sig(y_b - y_a) = sig(beta (p_a - p_b))``
     for ``a < b``, and ``S_a = sum_{b != a} sig(beta (p_a - p_b))``, ``q_a = 1 / p_a``,
@@ -359,21 +367,23 @@ def ap_small(pos, rel_local, beta, ir, y, E, sig, wt, S, TD, v):
         S[a] = 0.0
         TD[a] = 0.0
     pair_sigmoids(y[:R], E, sig, wt, S)
+    q = E  # free after the pair table: 1 / p_a
+    for a in range(R):
+        q[a] = 1.0 / pos[rel_local[a]]
     t = 0
     for a in range(R):
-        qa = 1.0 / pos[rel_local[a]]
+        qa = q[a]
         acc = 0.0
         for b in range(a + 1, R):
-            d = wt[t] * (qa - 1.0 / pos[rel_local[b]])
+            d = wt[t] * (qa - q[b])
             acc += d
             TD[b] -= d
             t += 1
         TD[a] += acc
     val = 0.0
     for a in range(R):
-        qa = 1.0 / pos[rel_local[a]]
-        val += qa * (1.0 + S[a])
-        v[rel_local[a]] = (-qa * qa * (1.0 + S[a]) + beta * TD[a]) * ir
+        val += q[a] * (1.0 + S[a])
+        v[rel_local[a]] = _ap_v(q[a], S[a], TD[a], beta, ir)
     return val * ir
 
 

@@ -2,21 +2,23 @@
 
 For a query of a few dozen documents the windowed loops of ``_pairs`` spend more on their
 per-row machinery (the sort, windows, exp blocks, tiles, a call per row segment) than on the
-pairs themselves. These loops visit every pair ``i < j`` of a query of fewer than ``SMALL_N``
-documents once, with ``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one exponential per
+pairs themselves. These loops visit every pair ``i < j`` of a query once (the scheduler,
+``_kernels._schedule``, gives them the data whose short queries all have fewer than ``SMALL_N``
+documents), with ``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one exponential per
 document):
 
     sig_ij = sig(alpha (s_j - s_i)) = E_j / (E_i + E_j),   w_ij = sig_ij sig_ji
 
-one division per pair, every value rounded as the windowed loops round theirs (relative error
-a few ulps). ``E`` stays a normal number while ``alpha`` times the query's score range is below
-``_SPREAD``; a wider query takes one ``exp(-|x_j - x_i|)`` per pair. Unlike the windowed
-loops, no pair is skipped: the saturated ones add their tiny weights, as in the reference loops
+one division per pair. The rounding of ``x`` gives each sigmoid a relative error of about
+``eps alpha (max s - min s)`` (below 1e-13 up to ``_SPREAD``), as in the windowed loops. ``E``
+stays a normal number while ``alpha`` times the query's score range is below ``_SPREAD``; a
+wider query takes one ``exp(-|x_j - x_i|)`` per pair. Unlike the windowed loops, no pair is
+skipped: the saturated ones add their tiny weights, as in the reference loops
 (``_reference``), which keeps the normalisation's ``log2(1 + S) / S`` at its limit ``1 / ln 2``
-where every pair of a query is saturated.
-The pairs' sigmoids and weights are kept in a table (``n (n - 1) / 2`` of each) from the
-positions to the chain-rule sums. Notation and sums as in ``_pairs``; the results go into the
-same :class:`~approx_gbdt._pairs.PairWork` fields, indexed in query order.
+where every pair of a query is saturated. The pairs' sigmoids and weights are kept in a table
+(``n (n - 1) / 2`` of each) from the positions to the chain-rule sums. Notation and sums as in
+``_pairs``; the results go into the same :class:`~approx_gbdt._pairs.PairWork` fields, indexed
+in query order.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from numba import njit
 
 from approx_gbdt._pairs import _sig_pair
 
-SMALL_N = 40  # queries of fewer documents take these loops (the windowed ones win above)
+SMALL_N = 40  # data whose short queries are all shorter takes these loops
 _SPREAD = 600.0  # exp(-600) ~ 1e-261: E and E_i + E_j stay normal numbers
 _EXP_MAX = 800.0  # exp(-800) underflows to 0
 

@@ -251,7 +251,7 @@ class _ApproxObjective:
 
     _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
-    _small_n = K.SMALL_N  # queries of fewer documents: the direct loops (_small)
+    _small_n = K.SMALL_N  # data whose short queries are all shorter: the direct loops (_small)
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)

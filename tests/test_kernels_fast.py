@@ -10,6 +10,7 @@ every pair is saturated (its exact gradient is itself below ~1e-16 of that scale
 else the check is a plain 1e-6 relative one.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -238,22 +239,73 @@ def test_direct_loops_of_short_queries(spread):
         ApproxAP(beta=50.0, normalize=False),
     ]
     for obj in objs:
-        _compare(obj, s, y, ptr, obj.hessian, w=w)
+        with _blocks_run() as blocks:
+            _compare(obj, s, y, ptr, obj.hessian, w=w)
+        exact = K.need_exact_parts(obj._mode(None))
+        assert blocks == {"_small_block_ap" if isinstance(obj, ApproxAP) else
+                          f"_small_block_{'exact' if exact else 'bound'}"}
         if spread > 100.0:
             continue
         out = []
         for small_n in (K.SMALL_N, 0):
             obj._small_n = small_n
             prep = obj._prepare(y, ptr, cache=False)
-            out.append(obj._grad_hess(s, prep, doc_weights(w, prep.group_ptr), None))
+            with _blocks_run() as blocks:
+                out.append(obj._grad_hess(s, prep, doc_weights(w, prep.group_ptr), None))
+            assert all(b.startswith("_small_block") == (small_n > 0) for b in blocks), blocks
         for q in range(len(ptr) - 1):
             a, b = ptr[q], ptr[q + 1]
             for x, z in zip(out[0], out[1]):
                 scale = np.abs(z[a:b]).max(initial=0.0)
                 np.testing.assert_allclose(x[a:b], z[a:b], rtol=0, atol=1e-12 * scale,
                                            err_msg=f"{obj!r}, query {q}")
-    # the direct loops did run (for the separable measures and for ApproxAP)
-    assert K._small_block_exact.signatures and K._small_block_ap.signatures
+    # positions and values by the direct loops, against the reference loops
+    p0, p1 = np.empty(n), np.empty(n)
+    R.ref_positions(s, ptr, 10.0, p0)
+    with _blocks_run() as blocks:
+        K.smoothed_positions(s, ptr, 10.0, p1)
+    assert blocks == {"_small_block_exact"}
+    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
+    for obj in [ApproxNDCG(), ApproxAP(), ApproxAP(beta=50.0)]:
+        np.testing.assert_allclose(obj.value(s, y, ptr), obj._reference_value(s, y, ptr),
+                                   rtol=1e-10, atol=1e-14)
+
+
+def test_direct_loops_with_the_long_tiers_in_one_call():
+    # short queries all below SMALL_N (direct loops) beside queries of the grid's tier and of
+    # the row split, with weights, in one call
+    rng = np.random.default_rng(37)
+    sizes = np.array([1, 2, K.SMALL_N - 1, 9, 700, K._PAR_MIN + 100])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    s = rng.normal(size=n)
+    y = (rng.random(n) < 0.3) * rng.integers(1, 5, n).astype(float)
+    w = rng.uniform(0.5, 2.0, n)
+    with _blocks_run() as blocks:
+        _compare(ApproxNDCG(), s, y, ptr, "mixed", w=w)
+    assert {"_small_block_exact", "_long_block"} <= blocks
+    r = (rng.random(n) < 0.01).astype(float)  # ApproxAP's exact reference costs O(n R^2)
+    r[ptr[2]:ptr[4]] = rng.random(sizes[2] + sizes[3]) < 0.5
+    with _blocks_run() as blocks:
+        _compare(ApproxAP(), s, r, ptr, "bound", w=w)
+    assert {"_small_block_ap", "_long_block_ap"} <= blocks
+
+
+@contextlib.contextmanager
+def _blocks_run():
+    """The names of the compiled blocks that ``_kernels`` runs inside the ``with`` block."""
+    names = set()
+    run = K._on_threads
+
+    def recording(block, *args):
+        names.add(block.py_func.__name__)
+        return run(block, *args)
+
+    K._on_threads = recording
+    try:
+        yield names
+    finally:
+        K._on_threads = run
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 1000])
@@ -346,14 +398,14 @@ def test_concurrent_callers_get_the_single_threaded_result():
 
 
 @pytest.mark.parametrize("measure, compiled", [
-    ("ApproxNDCG", [1, 0, 0, 1, 0, 0]),  # "mixed": no bound-only loop
-    ("ApproxAP", [0, 1, 0, 0, 0, 1]),  # "bound": none of the exact diagonal's sums
+    ("ApproxNDCG", [[1, 0, 0, 0, 0, 0], [1, 0, 0, 1, 0, 0]]),  # "mixed": no bound-only loop
+    ("ApproxAP", [[0, 1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 1]]),  # "bound": no exact sums
 ])
 def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, measure,
                                                                       compiled):
     # a fresh process with an empty cache, calling the measure's default objective on data of
-    # queries of 10 documents (the direct loops) and on data of queries of 10 and 60 (all
-    # take the windowed loops: one short tier per data set)
+    # queries of 10 and 60 documents (all take the windowed loops: one short tier per data
+    # set), then on data of queries of 10 documents (the direct loops)
     code = textwrap.dedent(f"""
         import json
         import numpy as np
@@ -363,13 +415,16 @@ def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, m
         rng = np.random.default_rng(0)
         y = rng.integers(0, 3, 440).astype(float)
         obj = approx_gbdt.{measure}()
-        obj.grad_hess(rng.normal(size=40), y[:40], np.array([0, 10, 20, 30, 40]))
+        counts = []
         ptr = np.array([0, 10, 20, 30, 40, 100, 160, 220, 280, 340, 400, 440])
-        obj.grad_hess(rng.normal(size=440), y, ptr)
-        print(json.dumps([len(f.signatures) for f in (
-            _pairs._chain_rows_exact, _pairs._chain_rows_bound, _measure_terms.ap_offdiag,
-            _kernels._small_block_exact, _kernels._small_block_bound,
-            _kernels._small_block_ap)]))
+        for s, y, ptr in [(rng.normal(size=440), y, ptr),
+                          (rng.normal(size=40), y[:40], np.array([0, 10, 20, 30, 40]))]:
+            obj.grad_hess(s, y, ptr)
+            counts.append([len(f.signatures) for f in (
+                _pairs._chain_rows_exact, _pairs._chain_rows_bound, _measure_terms.ap_offdiag,
+                _kernels._small_block_exact, _kernels._small_block_bound,
+                _kernels._small_block_ap)])
+        print(json.dumps(counts))
     """)
     root = Path(approx_gbdt.__file__).resolve().parents[1]  # the package under test
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}

@@ -9,6 +9,7 @@ torch tensors from its gains, normaliser and ``torch_term`` (its definition); wh
 is everything the kernels derive from it (``t'``, ``t''``, the chain rule, the pair loops).
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -115,8 +116,13 @@ def test_nothing_relevant_and_single_documents(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fast_kernels_equal_reference_loops(name, mode):
     obj = parse_objective(name, hessian=mode)
-    for spread, ties in [(0.0, False), (1.0, True), (50.0, False), (1e4, False)]:
-        s, y, ptr = _data(7, sizes=(1, 2, 40, 120, 7), spread=spread, ties=ties)
+    # lists on both sides of 40 documents take the windowed loops, data whose lists are all
+    # shorter the direct loops of short lists (_small)
+    for sizes, (spread, ties) in itertools.product(
+        [(1, 2, 40, 120, 7), (1, 2, 9, 39, 7)],
+        [(0.0, False), (1.0, True), (50.0, False), (1e4, False)],
+    ):
+        s, y, ptr = _data(7, sizes=sizes, spread=spread, ties=ties)
         w = np.random.default_rng(1).uniform(0.5, 2.0, s.shape[0])
         g0, h0, _, _ = obj._reference_grad_hess(s, y, ptr, w)
         g1, h1 = obj.grad_hess(s, y, ptr, w)
