@@ -93,7 +93,7 @@ from approx_gbdt._pairs import (
     pair_work,
     query_weights,
 )
-from approx_gbdt._small import SMALL_N, pair_table, small_chain, small_positions
+from approx_gbdt._small import SMALL_N, full_table, pair_table, small_chain, small_positions
 
 __all__ = [
     "HESS_ABS",
@@ -476,13 +476,13 @@ _short_block_bound = _make_short_block(False)
 @njit(inline="always", cache=True)
 def _small_space(group_ptr, q0, q1, lo, hi):
     """The direct loops' work space for the queries ``q0..q1-1`` of ``lo`` to ``hi - 1``
-    documents: a :class:`~approx_gbdt._pairs.PairWork`, a pair table (``_small``) and the rows'
-    order, ``0, 1, ..., m - 1`` (query order)."""
+    documents: a :class:`~approx_gbdt._pairs.PairWork`, a table of every ordered pair
+    (``_small``) and the rows' order, ``0, 1, ..., m - 1`` (query order)."""
     m = _largest(group_ptr, group_ptr, q0, q1, lo, hi)[0]
     ident = np.empty(m, dtype=np.int32)
     for r in range(m):
         ident[r] = r
-    return pair_work(m), pair_table(m), ident
+    return pair_work(m), full_table(m), ident
 
 
 def _make_small_block(exact):

@@ -1,24 +1,25 @@
-"""Direct pair loops for short queries: every pair once, in query order, no sorting.
+"""Direct pair loops for short queries: every ordered pair, in query order, no sorting.
 
 For a query of a few dozen documents the windowed loops of ``_pairs`` spend more on their
 per-row machinery (the sort, windows, exp blocks, tiles, a call per row segment) than on the
-pairs themselves. These loops visit every pair ``i < j`` of a query once (the scheduler,
-``_kernels._schedule``, gives them the data whose short queries all have fewer than ``SMALL_N``
-documents), with ``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one exponential per
-document):
+pairs themselves. These loops fill a table of every ordered pair ``(i, j)`` of a query (the
+scheduler, ``_kernels._schedule``, gives them the data whose short queries all have fewer than
+``SMALL_N`` documents), with ``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one
+exponential per document):
 
     sig_ij = sig(alpha (s_j - s_i)) = E_j / (E_i + E_j),   w_ij = sig_ij sig_ji
 
-one division per pair. The rounding of ``x`` gives each sigmoid a relative error of about
-``eps alpha (max s - min s)`` (below 1e-13 up to ``_SPREAD``), as in the windowed loops. ``E``
-stays a normal number while ``alpha`` times the query's score range is below ``_SPREAD``; a
-wider query takes one ``exp(-|x_j - x_i|)`` per pair. Unlike the windowed loops, no pair is
-skipped: the saturated ones add their tiny weights, as in the reference loops
-(``_reference``), which keeps the normalisation's ``log2(1 + S) / S`` at its limit ``1 / ln 2``
-where every pair of a query is saturated. The pairs' sigmoids and weights are kept in a table
-(``n (n - 1) / 2`` of each) from the positions to the chain-rule sums. Notation and sums as in
-``_pairs``; the results go into the same :class:`~approx_gbdt._pairs.PairWork` fields, indexed
-in query order.
+one division per ordered pair, over whole rows (twice the divisions of one per pair, but in
+loops that vectorise, without scattered updates), and then every sum is a sum over a row. The
+rounding of ``x`` gives each sigmoid a relative error of about ``eps alpha (max s - min s)``
+(below 1e-13 up to ``_SPREAD``), as in the windowed loops. ``E`` stays a normal number while
+``alpha`` times the query's score range is below ``_SPREAD``; a wider query takes one
+``exp(-|x_j - x_i|)`` per ordered pair. Unlike the windowed loops, no pair is skipped: the
+saturated ones add their tiny weights, as in the reference loops (``_reference``), which keeps
+the normalisation's ``log2(1 + S) / S`` at its limit ``1 / ln 2`` where every pair of a query
+is saturated. ApproxAP's relevant pairs (``pair_sigmoids``) take each pair once, with both of
+its ends updated. Notation and sums as in ``_pairs``; the results go into the same
+:class:`~approx_gbdt._pairs.PairWork` fields, indexed in query order.
 """
 
 from __future__ import annotations
@@ -92,71 +93,97 @@ def pair_sigmoids(x, E, sig, wt, acc):
 
 
 @njit(inline="always", cache=True)
-def small_positions(s, alpha, W, P):
-    """``W.pos`` of one query (query order) and its pair table ``P`` (``W.x`` and ``W.ex`` are
-    scratch)."""
-    n = s.shape[0]
-    x = W.x[:n]
-    top = s[0]
-    for i in range(n):
-        top = max(top, s[i])
-    for i in range(n):
-        x[i] = alpha * (s[i] - top)
-        W.pos[i] = 1.0
-    pair_sigmoids(x, W.ex, P[0], P[1], W.pos)
+def full_table(n):
+    """The table of every ordered pair of queries of up to ``n`` documents:
+    ``[0, i, j]`` holds ``sig_ij``, ``[1, i, j]`` holds ``w_ij``."""
+    return np.empty((2, n, n))
 
 
 @njit(inline="always", cache=True)
-def small_chain(n, W, P, need_exact):
-    """Chain-rule sums of one query from its pair table and ``W.v``, ``W.e``: ``W.g``,
-    ``W.bnd`` and, when ``need_exact``, ``W.aa``, ``W.ab``, ``W.aw`` (``_pairs`` notation)."""
+def small_positions(s, alpha, W, F):
+    """``W.pos`` of one query (query order) and its table ``F`` of every ordered pair, filled row
+    by row (whole rows, so that the loops vectorise; ``W.x`` and ``W.ex`` are scratch). The
+    diagonal holds ``sig = 1/2`` exactly, so ``pos^_i = 1/2 + sum_j sig_ij``, and ``w = 0`` (a
+    document is not its own pair)."""
+    n = s.shape[0]
+    x = W.x
+    E = W.ex
+    top = s[0]
+    for i in range(n):
+        top = max(top, s[i])
+    lo = 0.0
+    for i in range(n):
+        x[i] = alpha * (s[i] - top)
+        lo = min(lo, x[i])
+    sig = F[0]
+    wt = F[1]
+    if lo > -_SPREAD:
+        for i in range(n):
+            E[i] = math.exp(x[i])
+        for i in range(n):
+            ei = E[i]
+            rs = sig[i]
+            rw = wt[i]
+            acc = 0.0
+            for j in range(n):
+                r = 1.0 / (ei + E[j])
+                sij = E[j] * r
+                rs[j] = sij
+                rw[j] = sij * (ei * r)
+                acc += sij
+            rw[i] = 0.0
+            W.pos[i] = acc + 0.5
+    else:
+        for i in range(n):
+            xi = x[i]
+            rs = sig[i]
+            rw = wt[i]
+            acc = 0.0
+            for j in range(n):
+                d = x[j] - xi
+                if abs(d) <= _EXP_MAX:
+                    sij, _, w = _sig_pair(d)
+                else:  # exp(-|d|) = 0 (a NaN from an overflow counts as below)
+                    sij = 1.0 if d > 0.0 else 0.0
+                    w = 0.0
+                rs[j] = sij
+                rw[j] = w
+                acc += sij
+            rw[i] = 0.0
+            W.pos[i] = acc + 0.5
+
+
+@njit(inline="always", cache=True)
+def small_chain(n, W, F, need_exact):
+    """Chain-rule sums of one query from its table ``F`` and ``W.v``, ``W.e``: ``W.g``,
+    ``W.bnd`` and, when ``need_exact``, ``W.aa``, ``W.ab``, ``W.aw`` (``_pairs`` notation), each
+    a sum over its row (the diagonal's ``w = 0`` adds nothing)."""
     v = W.v
     e = W.e
-    g = W.g
-    bnd = W.bnd
-    aa = W.aa
-    ab = W.ab
-    aw = W.aw
-    for i in range(n):
-        g[i] = 0.0
-        bnd[i] = 0.0
-        if need_exact:
-            aa[i] = 0.0
-            ab[i] = 0.0
-            aw[i] = 0.0
-    sig = P[0]
-    wt = P[1]
-    t = 0
+    sig = F[0]
+    wt = F[1]
     for i in range(n):
         vi = v[i]
-        ei = e[i]
+        rs = sig[i]
+        rw = wt[i]
         gi = 0.0
         bi = 0.0
         ai = 0.0
         Bi = 0.0
         wi = 0.0
-        for j in range(i + 1, n):
-            w = wt[t]
+        for j in range(n):
+            w = rw[j]
             dv = v[j] - vi
             wd = w * dv
             gi += wd
-            g[j] -= wd
-            ad = w * abs(dv)
-            bi += ad
-            bnd[j] += ad
+            bi += w * abs(dv)
             if need_exact:
-                c = wd * (1.0 - 2.0 * sig[t])
-                ai += c
-                aa[j] += c
-                w2 = w * w
-                Bi += w2 * e[j]
-                ab[j] += w2 * ei
+                ai += wd * (1.0 - 2.0 * rs[j])
+                Bi += w * w * e[j]
                 wi += w
-                aw[j] += w
-            t += 1
-        g[i] += gi
-        bnd[i] += bi
+        W.g[i] = gi
+        W.bnd[i] = bi
         if need_exact:
-            aa[i] += ai
-            ab[i] += Bi
-            aw[i] += wi
+            W.aa[i] = ai
+            W.ab[i] = Bi
+            W.aw[i] = wi
