@@ -524,7 +524,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
     need none of the exact diagonal's sums."""
     W, P, ident = _small_space(group_ptr, q0, q1, lo, hi)
     Pr = pair_table(ident.shape[0])
-    T = pair_work(ident.shape[0])  # scratch of the relevant documents' sums (x, ex, g, bnd)
+    T = np.empty((4, ident.shape[0]))  # scratch of ap_small: y, E, S, TD of the relevant ones
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a < 0:
@@ -533,8 +533,8 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
         small_positions(s[a:b], alpha, W, P)
         for r in range(n):
             W.v[r] = 0.0
-        val = ap_small(W.pos, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, inv_z[q], T.x, T.ex,
-                       Pr[0], Pr[1], T.g, T.bnd, W.v)
+        val = ap_small(W.pos, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, inv_z[q], T[0], T[1],
+                       Pr[0], Pr[1], T[2], T[3], W.v)
         if job == JOB_VALUE:
             out[q] = val
             continue

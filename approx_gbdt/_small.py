@@ -37,6 +37,17 @@ _EXP_MAX = 800.0  # exp(-800) underflows to 0
 
 
 @njit(inline="always", cache=True)
+def _sig_wide(d):
+    """``_sig_pair(d)`` for the loops of wide queries (one exponential per pair): beyond
+    ``_EXP_MAX`` the exponential is 0 and the pair saturated, and a NaN from an overflowed
+    ``alpha s`` counts as below."""
+    if abs(d) <= _EXP_MAX:
+        return _sig_pair(d)
+    sij = 1.0 if d > 0.0 else 0.0
+    return sij, 1.0 - sij, 0.0
+
+
+@njit(inline="always", cache=True)
 def pair_table(n):
     """The pair table of queries of up to ``n`` documents: row 0 ``sig_ij``, row 1 ``w_ij``."""
     return np.empty((2, max(n * (n - 1) // 2, 1)))
@@ -77,13 +88,7 @@ def pair_sigmoids(x, E, sig, wt, acc):
             xi = x[i]
             a = 0.0
             for j in range(i + 1, n):
-                d = x[j] - xi
-                if abs(d) <= _EXP_MAX:
-                    sij, sji, w = _sig_pair(d)
-                else:  # exp(-|d|) = 0 (a NaN from an overflow counts as below)
-                    sij = 1.0 if d > 0.0 else 0.0
-                    sji = 1.0 - sij
-                    w = 0.0
+                sij, sji, w = _sig_wide(x[j] - xi)
                 sig[t] = sij
                 wt[t] = w
                 t += 1
@@ -140,12 +145,7 @@ def small_positions(s, alpha, W, F):
             rw = wt[i]
             acc = 0.0
             for j in range(n):
-                d = x[j] - xi
-                if abs(d) <= _EXP_MAX:
-                    sij, _, w = _sig_pair(d)
-                else:  # exp(-|d|) = 0 (a NaN from an overflow counts as below)
-                    sij = 1.0 if d > 0.0 else 0.0
-                    w = 0.0
+                sij, _, w = _sig_wide(x[j] - xi)
                 rs[j] = sij
                 rw[j] = w
                 acc += sij
