@@ -5,7 +5,7 @@ The kernels are split by role:
 - ``_pairs``: the pair loops (sorting, windows, exp blocks, tiles) that compute the smoothed
   positions and the chain-rule sums from ``v = dM/dpos^`` and ``e = d2M/dpos^2``; they never look
   at the measure.
-- ``_small``: the direct pair loops of short queries (every pair once, in query order).
+- ``_small``: the direct pair loops of short queries (every ordered pair, in query order).
 - ``_measure_terms``: what a measure contributes (its position term ``t(p)``, ``t'``, ``t''``
   selected by an integer kind, and ApproxAP's coupled term).
 - ``_reference``: the exact O(n^2) loops the tests and benchmarks compare with.
@@ -93,7 +93,7 @@ from approx_gbdt._pairs import (
     pair_work,
     query_weights,
 )
-from approx_gbdt._small import SMALL_N, full_table, pair_table, small_chain, small_positions
+from approx_gbdt._small import SMALL_N, full_table, small_chain, small_positions
 
 __all__ = [
     "HESS_ABS",
@@ -523,8 +523,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
     """:func:`_make_small_block` for ApproxAP, for its values and for the Hessian modes that
     need none of the exact diagonal's sums."""
     W, P, ident = _small_space(group_ptr, q0, q1, lo, hi)
-    Pr = pair_table(ident.shape[0])
-    T = np.empty((4, ident.shape[0]))  # scratch of ap_small: y, E, S, TD of the relevant ones
+    T = np.empty((3, ident.shape[0]))  # scratch of ap_small: y, E, q of the relevant ones
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a < 0:
@@ -534,7 +533,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
         for r in range(n):
             W.v[r] = 0.0
         val = ap_small(W.pos, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, inv_z[q], T[0], T[1],
-                       Pr[0], Pr[1], T[2], T[3], W.v)
+                       T[2], W.v)
         if job == JOB_VALUE:
             out[q] = val
             continue

@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from approx_gbdt._pairs import _ENTRY, _FM, _STEP, _sig_pair, _window_starts, _windows, argsort_desc
-from approx_gbdt._small import pair_sigmoids
+from approx_gbdt._small import _SPREAD, _sig_wide
 
 TERM_LOG = 0
 TERM_RECIP = 1
@@ -349,41 +349,53 @@ def ap_ve(n, R, W, A, beta, ir):
 
 
 @njit(inline="always", cache=True)
-def ap_small(pos, rel_local, beta, ir, y, E, sig, wt, S, TD, v):
+def ap_small(pos, rel_local, beta, ir, y, E, q, v):
     """ApproxAP's ``v`` on the relevant documents of a short query, in query order, by the
-    direct pair loops of ``_small`` (every relevant pair once; ``v`` of the other documents is
-    left as it is); returns the query's value. ``y``, ``E``, ``S``, ``TD`` (length at least R)
-    and the pair rows ``sig``, ``wt`` (at least R (R - 1) / 2) are scratch. ``beta`` times the
-    range of the positions may take any value (``pair_sigmoids`` takes one exponential per pair
-    beyond ``_small._SPREAD``).
+    direct loops of ``_small`` (every ordered pair of relevant documents, row by row; ``v`` of
+    the other documents is left as it is); returns the query's value. ``y``, ``E`` and ``q``
+    (length at least R) are scratch.
 
-    With ``y_a = -beta pos^_a`` the pair table holds ``sig(y_b - y_a) = sig(beta (p_a - p_b))``
-    for ``a < b``, and ``S_a = sum_{b != a} sig(beta (p_a - p_b))``, ``q_a = 1 / p_a``,
-    ``v_a = (-q_a^2 (1 + S_a) + beta sum_b tau_ab (q_a - q_b)) / R``.
+    With ``y_a = -beta pos^_a`` and ``E_a = exp(y_a - max y)`` (one exponential per relevant
+    document), ``sig(beta (p_a - p_b)) = E_b / (E_a + E_b)``; where ``beta`` times the range
+    of the positions is ``_small._SPREAD`` or more, one exponential per ordered pair instead.
+    ``S_a = sum_{b != a} sig(beta (p_a - p_b))``, ``q_a = 1 / p_a``,
+    ``v_a = (-q_a^2 (1 + S_a) + beta sum_b tau_ab (q_a - q_b)) / R``; the row sums include
+    ``b = a`` (``sig = 1/2``, subtracted from ``S_a``; ``q_a - q_a = 0``).
     """
     R = rel_local.shape[0]
+    top = -np.inf
+    lo = np.inf
     for a in range(R):
-        y[a] = -beta * pos[rel_local[a]]
-        S[a] = 0.0
-        TD[a] = 0.0
-    pair_sigmoids(y[:R], E, sig, wt, S)
-    q = E  # free after the pair table: 1 / p_a
-    for a in range(R):
-        q[a] = 1.0 / pos[rel_local[a]]
-    t = 0
+        p = pos[rel_local[a]]
+        y[a] = -beta * p
+        q[a] = 1.0 / p
+        top = max(top, y[a])
+        lo = min(lo, y[a])
+    val = 0.0
+    narrow = lo - top > -_SPREAD
+    if narrow:
+        for a in range(R):
+            E[a] = math.exp(y[a] - top)
     for a in range(R):
         qa = q[a]
-        acc = 0.0
-        for b in range(a + 1, R):
-            d = wt[t] * (qa - q[b])
-            acc += d
-            TD[b] -= d
-            t += 1
-        TD[a] += acc
-    val = 0.0
-    for a in range(R):
-        val += q[a] * (1.0 + S[a])
-        v[rel_local[a]] = _ap_v(q[a], S[a], TD[a], beta, ir)
+        sa = 0.0
+        td = 0.0
+        if narrow:
+            ea = E[a]
+            for b in range(R):
+                r = 1.0 / (ea + E[b])
+                sab = E[b] * r
+                sa += sab
+                td += sab * (ea * r) * (qa - q[b])
+        else:
+            ya = y[a]
+            for b in range(R):
+                sab, _, w = _sig_wide(y[b] - ya)
+                sa += sab
+                td += w * (qa - q[b])
+        sa -= 0.5
+        val += qa * (1.0 + sa)
+        v[rel_local[a]] = _ap_v(qa, sa, td, beta, ir)
     return val * ir
 
 

@@ -1,10 +1,11 @@
 """Direct pair loops for short queries: every ordered pair, in query order, no sorting.
 
-For a query of a few dozen documents the windowed loops of ``_pairs`` spend more on their
-per-row machinery (the sort, windows, exp blocks, tiles, a call per row segment) than on the
-pairs themselves. These loops fill a table of every ordered pair ``(i, j)`` of a query (the
+For a query of up to a hundred or so documents the windowed loops of ``_pairs`` spend more on
+their per-row machinery (the sort, windows, exp blocks, tiles, a call per row segment) than on
+the pairs themselves. These loops fill a table of every ordered pair ``(i, j)`` of a query (the
 scheduler, ``_kernels._schedule``, gives them the data whose short queries all have fewer than
-``SMALL_N`` documents), with ``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one
+``SMALL_N`` documents, so the table takes at most ``2 SMALL_N^2`` floats, 256 KiB, per
+thread), with ``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one
 exponential per document):
 
     sig_ij = sig(alpha (s_j - s_i)) = E_j / (E_i + E_j),   w_ij = sig_ij sig_ji
@@ -17,8 +18,8 @@ rounding of ``x`` gives each sigmoid a relative error of about ``eps alpha (max 
 ``exp(-|x_j - x_i|)`` per ordered pair. Unlike the windowed loops, no pair is skipped: the
 saturated ones add their tiny weights, as in the reference loops (``_reference``), which keeps
 the normalisation's ``log2(1 + S) / S`` at its limit ``1 / ln 2`` where every pair of a query
-is saturated. ApproxAP's relevant pairs (``pair_sigmoids``) take each pair once, with both of
-its ends updated. Notation and sums as in ``_pairs``; the results go into the same
+is saturated. ApproxAP's relevant pairs take the same row loops, without a table
+(``_measure_terms.ap_small``). Notation and sums as in ``_pairs``; the results go into the same
 :class:`~approx_gbdt._pairs.PairWork` fields, indexed in query order.
 """
 
@@ -31,7 +32,7 @@ from numba import njit
 
 from approx_gbdt._pairs import _sig_pair
 
-SMALL_N = 40  # data whose short queries are all shorter takes these loops
+SMALL_N = 128  # data whose short queries are all shorter takes these loops (table: 256 KiB)
 _SPREAD = 600.0  # exp(-600) ~ 1e-261: E and E_i + E_j stay normal numbers
 _EXP_MAX = 800.0  # exp(-800) underflows to 0
 
@@ -45,56 +46,6 @@ def _sig_wide(d):
         return _sig_pair(d)
     sij = 1.0 if d > 0.0 else 0.0
     return sij, 1.0 - sij, 0.0
-
-
-@njit(inline="always", cache=True)
-def pair_table(n):
-    """The pair table of queries of up to ``n`` documents: row 0 ``sig_ij``, row 1 ``w_ij``."""
-    return np.empty((2, max(n * (n - 1) // 2, 1)))
-
-
-@njit(inline="always", cache=True)
-def pair_sigmoids(x, E, sig, wt, acc):
-    """For the pairs ``i < j`` of ``x``, row by row: ``sig[t] = sig(x_j - x_i)`` and
-    ``wt[t] = sig(x_j - x_i) sig(x_i - x_j)``; adds ``sum_{j != i} sig(x_j - x_i)`` to
-    ``acc[i]`` (``E`` is scratch of the length of ``x``)."""
-    n = x.shape[0]
-    if n == 0:
-        return
-    top = x[0]
-    lo = x[0]
-    for i in range(n):
-        top = max(top, x[i])
-        lo = min(lo, x[i])
-    t = 0
-    if lo - top > -_SPREAD:
-        for i in range(n):
-            E[i] = math.exp(x[i] - top)
-        for i in range(n):
-            ei = E[i]
-            a = 0.0
-            for j in range(i + 1, n):
-                r = 1.0 / (ei + E[j])
-                sij = E[j] * r
-                sji = ei * r
-                sig[t] = sij
-                wt[t] = sij * sji
-                t += 1
-                a += sij
-                acc[j] += sji
-            acc[i] += a
-    else:
-        for i in range(n):
-            xi = x[i]
-            a = 0.0
-            for j in range(i + 1, n):
-                sij, sji, w = _sig_wide(x[j] - xi)
-                sig[t] = sij
-                wt[t] = w
-                t += 1
-                a += sij
-                acc[j] += sji
-            acc[i] += a
 
 
 @njit(inline="always", cache=True)

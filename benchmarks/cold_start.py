@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from approx_gbdt._kernels import SMALL_N
+
 ROOT = Path(__file__).resolve().parents[1]
 
 LONG = (2000, 6000)  # a query of the grid's tier and one whose rows are split across threads
@@ -50,11 +52,12 @@ STEPS = [
 # A user whose first call is ApproxAP's (a third process, with its own empty cache).
 AP_FIRST = [STEPS[1], STEPS[0]]
 
-# First calls on data of short queries only (2,000 queries of 10 documents), which take the
-# direct loops of ``_small`` instead of the windowed ones.
-SHORT_FIRST = [
-    ("ApproxNDCG.grad_hess, queries of 10 documents", "approx_ndcg_obj.grad_hess(*d.short)"),
-    ("ApproxAP.grad_hess, queries of 10 documents", "approx_ap_obj.grad_hess(*d.short)"),
+# First calls on data with short queries on both sides of ``SMALL_N`` (1,000 queries of 10
+# documents and 50 of 200), which take the windowed loops instead of the direct ones.
+MIXED_FIRST = [
+    ("ApproxNDCG.grad_hess, queries of 10 and 200 documents",
+     "approx_ndcg_obj.grad_hess(*d.mixed)"),
+    ("ApproxAP.grad_hess, queries of 10 and 200 documents", "approx_ap_obj.grad_hess(*d.mixed)"),
 ]
 
 CHILD = r"""
@@ -76,7 +79,8 @@ d.dtrain = lgb.Dataset(data.X, d.y, group=np.diff(d.ptr))
 rng = np.random.default_rng(1)
 long_ptr = np.concatenate([[0], np.cumsum(json.loads(sys.argv[2]))])
 d.long = (rng.normal(size=long_ptr[-1]), rng.integers(0, 3, long_ptr[-1]).astype(float), long_ptr)
-d.short = (rng.normal(size=20000), rng.integers(0, 3, 20000).astype(float), np.arange(0, 20001, 10))
+mixed_ptr = np.concatenate([np.arange(0, 10001, 10), np.arange(10200, 20001, 200)])
+d.mixed = (rng.normal(size=20000), rng.integers(0, 3, 20000).astype(float), mixed_ptr)
 steps = json.loads(sys.argv[1])
 warm = {}
 for label, stmt in steps:
@@ -122,9 +126,9 @@ def main(argv=None):
         full = run_child(cache)
     with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
         ap_first = run_child(cache, AP_FIRST)
-    firsts = {step[0]: [] for step in (STEPS[0], STEPS[1], *SHORT_FIRST)}
+    firsts = {step[0]: [] for step in (STEPS[0], STEPS[1], *MIXED_FIRST)}
     for _ in range(args.repeats):  # alternating, each process with its own empty cache
-        for step in (STEPS[0], STEPS[1], *SHORT_FIRST):
+        for step in (STEPS[0], STEPS[1], *MIXED_FIRST):
             with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
                 firsts[step[0]].append(run_child(cache, [step])["first"][step[0]])
     try:
@@ -148,8 +152,8 @@ def main(argv=None):
         "`NUMBA_CACHE_DIR` is a new empty folder (a new user's first run); 'full cache': the "
         "same folder afterwards (every later run). 'Warm' is the same call repeated in the "
         "process: the rest is compilation or loading from the cache. The calls before the "
-        "last two meet only queries of fewer than 512 documents, which take the exact "
-        "windowed loops; the last two compile the kernels of longer queries (the grid, and "
+        f"last two meet only queries of fewer than {SMALL_N} documents, which take the direct "
+        "loops of `_small`; the last two compile the kernels of longer queries (the grid, and "
         "rows split across threads). Wall-clock seconds, "
         "and the CPU seconds of the process (all threads) with an empty cache: Numba compiles "
         "on one thread, so on a busy machine the CPU seconds are closer to what an idle "
@@ -173,9 +177,9 @@ def main(argv=None):
         lines += ["", f"The first call of a process, in {args.repeats} more fresh processes for "
                   "each (alternating, each with its own empty cache; wall-clock seconds): the "
                   "first two on the generated data above (queries of 20 to 120 documents, the "
-                  "windowed loops), the last two on 2,000 queries of 10 documents (data whose "
-                  "short queries all have fewer than 40 documents takes the direct loops of "
-                  "`_small` instead):", "",
+                  "direct loops), the last two on 1,000 queries of 10 documents and 50 of 200 "
+                  f"(data with short queries on both sides of {SMALL_N} documents takes the "
+                  "windowed loops for all of them):", "",
                   "| first call of the process | min | median | max |",
                   "| --- | ---: | ---: | ---: |"]
         for label, values in firsts.items():

@@ -404,20 +404,20 @@ def test_concurrent_callers_get_the_single_threaded_result():
 def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, measure,
                                                                       compiled):
     # a fresh process with an empty cache, calling the measure's default objective on data of
-    # queries of 10 and 60 documents (all take the windowed loops: one short tier per data
-    # set), then on data of queries of 10 documents (the direct loops)
+    # queries of 10 and of SMALL_N + 20 documents (all take the windowed loops: one short tier
+    # per data set), then on data of queries of 10 documents (the direct loops)
     code = textwrap.dedent(f"""
         import json
         import numpy as np
         import approx_gbdt
         from approx_gbdt import _kernels, _measure_terms, _pairs
-        assert 10 < _kernels.SMALL_N <= 60
+        assert 10 < _kernels.SMALL_N < _kernels.GRID_MIN_N - 20
         rng = np.random.default_rng(0)
-        y = rng.integers(0, 3, 440).astype(float)
+        ptr = np.cumsum([0] + [10] * 4 + [_kernels.SMALL_N + 20] * 3)
+        y = rng.integers(0, 3, ptr[-1]).astype(float)
         obj = approx_gbdt.{measure}()
         counts = []
-        ptr = np.array([0, 10, 20, 30, 40, 100, 160, 220, 280, 340, 400, 440])
-        for s, y, ptr in [(rng.normal(size=440), y, ptr),
+        for s, y, ptr in [(rng.normal(size=ptr[-1]), y, ptr),
                           (rng.normal(size=40), y[:40], np.array([0, 10, 20, 30, 40]))]:
             obj.grad_hess(s, y, ptr)
             counts.append([len(f.signatures) for f in (
