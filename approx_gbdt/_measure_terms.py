@@ -357,10 +357,11 @@ def ap_small(pos, rel_local, beta, ir, y, E, q, v):
 
     With ``y_a = -beta pos^_a`` and ``E_a = exp(y_a - max y)`` (one exponential per relevant
     document), ``sig(beta (p_a - p_b)) = E_b / (E_a + E_b)``; where ``beta`` times the range
-    of the positions is ``_small._SPREAD`` or more, one exponential per ordered pair instead.
+    of the positions is ``_small._SPREAD`` or more (or overflows), one exponential of
+    ``beta (p_a - p_b)`` per ordered pair instead.
     ``S_a = sum_{b != a} sig(beta (p_a - p_b))``, ``q_a = 1 / p_a``,
     ``v_a = (-q_a^2 (1 + S_a) + beta sum_b tau_ab (q_a - q_b)) / R``; the row sums include
-    ``b = a`` (``sig = 1/2``, subtracted from ``S_a``; ``q_a - q_a = 0``).
+    ``b = a`` (``sig = 1/2`` up to an ulp, 1/2 subtracted from ``S_a``; ``q_a - q_a = 0``).
     """
     R = rel_local.shape[0]
     top = -np.inf
@@ -373,9 +374,8 @@ def ap_small(pos, rel_local, beta, ir, y, E, q, v):
         lo = min(lo, y[a])
     val = 0.0
     narrow = lo - top > -_SPREAD
-    if narrow:
-        for a in range(R):
-            E[a] = math.exp(y[a] - top)
+    for a in range(R):  # E: exponentials where narrow, else the positions
+        E[a] = math.exp(y[a] - top) if narrow else pos[rel_local[a]]
     for a in range(R):
         qa = q[a]
         sa = 0.0
@@ -388,9 +388,9 @@ def ap_small(pos, rel_local, beta, ir, y, E, q, v):
                 sa += sab
                 td += sab * (ea * r) * (qa - q[b])
         else:
-            ya = y[a]
+            pa = E[a]
             for b in range(R):
-                sab, _, w = _sig_wide(y[b] - ya)
+                sab, _, w = _sig_wide(beta * (pa - E[b]))
                 sa += sab
                 td += w * (qa - q[b])
         sa -= 0.5

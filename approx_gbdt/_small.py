@@ -59,8 +59,9 @@ def full_table(n):
 def small_positions(s, alpha, W, F):
     """``W.pos`` of one query (query order) and its table ``F`` of every ordered pair, filled row
     by row (whole rows, so that the loops vectorise; ``W.x`` and ``W.ex`` are scratch). The
-    diagonal holds ``sig = 1/2`` exactly, so ``pos^_i = 1/2 + sum_j sig_ij``, and ``w = 0`` (a
-    document is not its own pair)."""
+    diagonal holds ``sig = 1/2`` (up to an ulp where narrow; exactly where wide, also where
+    ``alpha s`` overflows), so ``pos^_i = 1/2 + sum_j sig_ij``, and ``w = 0`` (a document is
+    not its own pair)."""
     n = s.shape[0]
     x = W.x
     E = W.ex
@@ -100,6 +101,9 @@ def small_positions(s, alpha, W, F):
                 rs[j] = sij
                 rw[j] = w
                 acc += sij
+            if rs[i] != 0.5:  # x_i - x_i is NaN where alpha s_i overflowed
+                acc += 0.5 - rs[i]
+                rs[i] = 0.5
             rw[i] = 0.0
             W.pos[i] = acc + 0.5
 

@@ -26,6 +26,7 @@ import pytest
 import approx_gbdt
 from approx_gbdt import _kernels as K
 from approx_gbdt import _reference as R
+from approx_gbdt._small import _SPREAD
 from approx_gbdt.hosts import doc_weights
 from approx_gbdt.objectives import ApproxAP, ApproxNDCG
 
@@ -82,10 +83,13 @@ def _compare(obj, s, y, ptr, mode, w=None, par_min=K._PAR_MIN):
 
 
 def _data(seed, nq=30, max_n=70, spread=1.0, ties=False, alpha=10.0):
+    # one query of SMALL_N + 20 documents: the short queries take the windowed loops (the
+    # direct loops of data whose short queries are all below SMALL_N have their own tests)
     rng = np.random.default_rng(seed)
     sizes = rng.integers(1, max_n, nq)
     sizes[0] = 1
     sizes[1] = 2
+    sizes[3] = K.SMALL_N + 20
     ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(ptr[-1])
     y = rng.integers(0, 5, n).astype(float)
@@ -202,10 +206,10 @@ def test_values_and_positions(spread):
 
 @pytest.mark.parametrize("mode", ["mixed", "bound"])
 def test_all_tiers_in_one_call(mode):
-    # short queries (exact loops), one of the middle tier (grid where cheaper, one thread) and
-    # one above par_min (rows split), with weights, in one call
+    # short queries (windowed loops: one is not below SMALL_N), one of the middle tier (grid
+    # where cheaper, one thread) and one above par_min (rows split), with weights, in one call
     rng = np.random.default_rng(23)
-    sizes = np.array([1, 2, 40, 700, 1500, K._PAR_MIN + 500])
+    sizes = np.array([1, 2, 40, K.SMALL_N + 20, 700, 1500, K._PAR_MIN + 500])
     ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(ptr[-1])
     s = rng.normal(size=n)
@@ -269,6 +273,37 @@ def test_direct_loops_of_short_queries(spread):
     for obj in [ApproxNDCG(), ApproxAP(), ApproxAP(beta=50.0)]:
         np.testing.assert_allclose(obj.value(s, y, ptr), obj._reference_value(s, y, ptr),
                                    rtol=1e-10, atol=1e-14)
+
+
+def test_direct_loops_of_wide_short_queries():
+    # the direct loops' one exponential per pair: short queries whose alpha times score range
+    # and, for ApproxAP with beta 50, beta times the relevant documents' positions' range reach
+    # _small._SPREAD; then scores and beta so large that alpha s and beta pos^ overflow
+    rng = np.random.default_rng(5)
+    sizes = np.array([30, 17, 2])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    s = np.concatenate([np.arange(30) * 10.0, rng.normal(size=17) * 100.0, [0.0, 1.0]])
+    y = (rng.random(n) < 0.5) * rng.integers(1, 4, n).astype(float)
+    y[[0, 29, 30]] = 2.0
+    pos = np.empty(n)
+    K.smoothed_positions(s, ptr, 10.0, pos)
+    rel = y[:30] > 0
+    assert 10.0 * np.ptp(s[:30]) >= _SPREAD
+    assert 50.0 * np.ptp(pos[:30][rel]) >= _SPREAD
+    for obj in [ApproxNDCG(), ApproxNDCG(hessian="exact"), ApproxAP(beta=50.0)]:
+        with _blocks_run() as blocks:
+            _compare(obj, s, y, ptr, obj.hessian)
+        assert all(b.startswith("_small_block") for b in blocks), blocks
+        np.testing.assert_allclose(obj.value(s, y, ptr), obj._reference_value(s, y, ptr),
+                                   rtol=1e-10, atol=1e-14)
+    ptr3 = np.array([0, 3])
+    for obj, s3, y3 in [(ApproxAP(beta=1e308, alpha=100.0), [3.0, 2.0, 1.0], [1.0, 1.0, 1.0]),
+                        (ApproxNDCG(), [1e308, -1e308, 0.0], [1.0, 0.0, 2.0])]:
+        with _blocks_run() as blocks:
+            value = obj.value(s3, y3, ptr3)
+        assert blocks and all(b.startswith("_small_block") for b in blocks), blocks
+        np.testing.assert_allclose(value, obj._reference_value(s3, y3, ptr3), rtol=1e-12)
 
 
 def test_direct_loops_with_the_long_tiers_in_one_call():

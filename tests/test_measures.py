@@ -18,6 +18,7 @@ import torch
 
 import approx_gbdt
 from approx_gbdt import MEASURES, parse_objective
+from approx_gbdt._kernels import SMALL_N
 from approx_gbdt._measure_terms import torch_term
 from tests.reference import torch_approx_ap, torch_positions
 
@@ -116,10 +117,10 @@ def test_nothing_relevant_and_single_documents(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fast_kernels_equal_reference_loops(name, mode):
     obj = parse_objective(name, hessian=mode)
-    # lists on both sides of 40 documents take the windowed loops, data whose lists are all
-    # shorter the direct loops of short lists (_small)
+    # lists on both sides of SMALL_N documents take the windowed loops, data whose lists are
+    # all shorter the direct loops of short lists (_small)
     for sizes, (spread, ties) in itertools.product(
-        [(1, 2, 40, 120, 7), (1, 2, 9, 39, 7)],
+        [(1, 2, 40, SMALL_N + 20, 7), (1, 2, 9, SMALL_N - 1, 7)],
         [(0.0, False), (1.0, True), (50.0, False), (1e4, False)],
     ):
         s, y, ptr = _data(7, sizes=sizes, spread=spread, ties=ties)
