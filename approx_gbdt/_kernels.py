@@ -210,7 +210,13 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     """One query of ApproxAP, every step. Returns the query's value for ``JOB_VALUE``."""
     n = s.shape[0]
     grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
-    R = ap_relevant(n, W, A, order, rel_local, beta)
+    # the relevant documents and their windows first, then their sums by the grid where
+    # that is cheaper, else (again, with the sums) by the windowed loops
+    R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
+    if use_grid(A.ry[:R], A.rjend, R, gp):
+        _ap_relevant_grid(big, R, A, nt, gt)
+    else:
+        ap_relevant(n, W, A, order, rel_local, beta, n >= 0)
     if job == JOB_VALUE:
         return ap_value_sum(R, A, iz)
     ap_ve(n, R, W, A, beta, iz)
@@ -229,6 +235,37 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
                need_exact, wts, grad, hess)
     return 0.0
+
+
+@njit(cache=True, **_STEP)
+def _ap_relevant_grid(big, R, A, nt, gt):
+    """ApproxAP's second-level sums of a query's ``R`` relevant documents (``A.s``, ``A.ts``,
+    ``A.td``, ``A.tc``, as :func:`~approx_gbdt._measure_terms.ap_relevant`) by the grid:
+    with ``x_a = ry_a = -beta (p_a - p_0)`` (non-increasing; clamped so where the positions'
+    rounding breaks ties the wrong way), ``sig_ab = sig(x_b - x_a)`` and the weights
+    ``v = q``, they are the grid's positions and chain sums of the relevant documents alone:
+    ``S = pos - 1``, ``TS = aw``, ``TD = -g``, ``TC = -aa``."""
+    x = np.empty(R)
+    top = np.inf
+    for a in range(R):
+        top = min(top, A.ry[a])
+        x[a] = top
+    tmp = np.zeros((5, R))  # e = 0, then g, aa, ab and the unused bound
+    no_cls = A.rjend[:0]
+    ncls = no_cls.shape[0]  # run-time values, as in _ap_grid_bound: one compiled grid
+    S = A.s[:R]
+    if big:
+        grid_positions_par(x, S, gt, nt)
+        grid_chain_par(x, A.qr[:R], tmp[0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R], no_cls,
+                       ncls, R < 0, gt, nt, R < 0)
+    else:
+        grid_positions_seq(x, S, gt)
+        grid_chain_seq(x, A.qr[:R], tmp[0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R], no_cls,
+                       ncls, R < 0, gt, R < 0)
+    for a in range(R):
+        S[a] -= 1.0
+        A.td[a] = -tmp[1, a]
+        A.tc[a] = -tmp[2, a]
 
 
 @njit(cache=True, **_STEP)
@@ -576,7 +613,7 @@ def _make_short_block_ap(exact):
             n = b - a
             o = order[a:b]
             _sorted_positions(s[a:b], o, alpha, W)
-            R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta)
+            R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, n >= 0)
             if job == JOB_VALUE:
                 out[q] = ap_value_sum(R, A, inv_z[q])
                 continue

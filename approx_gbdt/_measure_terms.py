@@ -208,8 +208,10 @@ def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC):
 
 
 @njit(cache=True, **_STEP)
-def ap_relevant(n, W, A, order, rel_local, beta):
-    """Relevant documents in sorted order and their windowed second-level sums; returns R."""
+def ap_relevant(n, W, A, order, rel_local, beta, sums):
+    """Relevant documents in sorted order, their ``ry``, ``qr`` and second-level windows and,
+    when ``sums``, their second-level sums (``s``, ``ts``, ``td``, ``tc``) by the windowed
+    loops; returns R."""
     isrel = A.isrel[:n]
     for r in range(n):
         isrel[r] = 0
@@ -246,6 +248,8 @@ def ap_relevant(n, W, A, order, rel_local, beta):
         TD[a] = 0.0
         TC[a] = 0.0
     _windows(ry, rE, rj, rb)
+    if not sums:
+        return R
     for a in range(R):
         j1 = rj[a]
         bb = rb[a]

@@ -187,7 +187,7 @@ def test_objectives_on_the_grid(kind, mode):
     s, y, ptr = _data(kind, 1200, 5)
     for make in SEPARABLE:
         _check(make(mode), s, y, ptr)
-    # the paths that keep the bound (and, for ApproxAP, its coupled sums) exact
+    # the paths that keep the bound exact (ApproxAP: its relevant documents' sums on the grid)
     _check(ApproxNDCG(hessian=mode, k=5), s, y, ptr)
     _check(ApproxPrecision(k=10, hessian=mode), s, y, ptr)
     _check(ApproxAP(hessian=mode if mode != "exact" else "bound"), s, y, ptr)
@@ -288,3 +288,21 @@ def test_approx_ap_auto_splits_many_relevant_by_v():
     y = (rng.random(n) < 0.45).astype(float)
     assert _takes_grid(s[y >= 1])  # the relevant documents alone take the grid
     _auto_against_exact(ApproxAP, s, y, ptr)
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.02])
+def test_approx_ap_auto_relevant_sums_on_the_grid(spread):
+    # equal or nearly equal scores (a constant start): the relevant documents' positions all lie
+    # within one second-level window, so the automatic choice takes the grid for their sums
+    # (S, and the tau sums of v); the exact windowed kernel is the reference
+    rng = np.random.default_rng(4)
+    n = 20_000
+    ptr = np.array([0, n], dtype=np.int64)
+    s = rng.normal(size=n) * spread
+    y = (rng.random(n) < 0.45) * rng.integers(1, 4, n).astype(float)
+    R = int((y > 0).sum())
+    assert G.use_grid(np.zeros(R), np.full(R, R, dtype=np.int64), R, 0)
+    _auto_against_exact(ApproxAP, s, y, ptr)
+    _auto_against_exact(lambda: ApproxAP(hessian="constant"), s, y, ptr)
+    np.testing.assert_allclose(ApproxAP().value(s, y, ptr),
+                               ApproxAP()._reference_value(s, y, ptr), rtol=1e-8)
