@@ -241,7 +241,7 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
 def _ap_relevant_grid(big, R, A, nt, gt):
     """ApproxAP's second-level sums of a query's ``R`` relevant documents (``A.s``, ``A.ts``,
     ``A.td``, ``A.tc``, as :func:`~approx_gbdt._measure_terms.ap_relevant`) by the grid:
-    with ``x_a = ry_a = -beta (p_a - p_0)`` (non-increasing; clamped so where the positions'
+    with ``x_a = ry_a = -beta (p_a - p_0)`` (non-increasing: clamped where the positions'
     rounding breaks ties the wrong way), ``sig_ab = sig(x_b - x_a)`` and the weights
     ``v = q``, they are the grid's positions and chain sums of the relevant documents alone:
     ``S = pos - 1``, ``TS = aw``, ``TD = -g``, ``TC = -aa``."""
