@@ -42,10 +42,12 @@ e_rj = exp(x_j - x_r) in (0, 1] and
    e_rj = exp(c_(b+1) - x_r) ex_j. One exp per document and per row, one division per pair.
    The relative error of e_rj is below 1e-13 (argument rounding for |argument| <= 2 L).
 3. Every pair is visited once (r < j), updating both rows; queries of at least _PAR_MIN
-   documents are split across threads by row chunks (thread-private column sums, reduced
-   afterwards: O(threads n) memory); smaller queries run one per thread, with per-thread
-   scratch allocated once per call. Nothing of size n is allocated per iteration except the
-   returned gradient and Hessian; the sort order persists between iterations in ``order``.
+   documents that hold more than a thread's share of the long queries' documents
+   (``_kernels.split_at``) are split across threads by row chunks (thread-private column
+   sums, reduced afterwards: O(threads n) memory); the other queries run one per thread,
+   with per-thread scratch allocated once per call. Nothing of size n is allocated per
+   iteration except the returned gradient and Hessian; the sort order persists between
+   iterations in ``order``.
 """
 
 from __future__ import annotations

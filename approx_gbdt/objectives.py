@@ -250,6 +250,7 @@ class _ApproxObjective:
     """Shared machinery: input checks, per-dataset preparation and host-library adapters."""
 
     _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
+    _split_share = K._SPLIT_SHARE  # ... where they hold more than this times a thread's share
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
     _small_n = K.SMALL_N  # data whose short queries are all shorter: the direct loops (_small)
 
@@ -398,6 +399,7 @@ class _ApproxObjective:
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
             grid_mode=self._grid_mode, n_threads=n_threads, small_n=self._small_n,
+            split_share=self._split_share,
         )
         warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess

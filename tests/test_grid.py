@@ -152,6 +152,7 @@ def _check(obj, s, y, ptr, grid_mode=1, par_min=K._PAR_MIN, w=None):
     only matters where the exact gradient nearly vanishes (ApproxNDCG@k far below the top k)."""
     obj._grid_mode = grid_mode
     obj._par_min = par_min
+    obj._split_share = 0.0  # every query of at least par_min takes the row split
     g1, h1 = obj.grad_hess(s, y, ptr, w)
     g0, h0, v, e = obj._reference_grad_hess(s, y, ptr, w)
     wmax = 1.0 if w is None else w.max()

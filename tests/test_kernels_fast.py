@@ -39,11 +39,12 @@ def _ref(obj, s, y, ptr, mode, w):
     return obj._reference_grad_hess(s, y, ptr, w if w.size else None, hessian=mode)
 
 
-def _fast(obj, s, y, ptr, mode, w, par_min=K._PAR_MIN, order=None):
+def _fast(obj, s, y, ptr, mode, w, par_min=K._PAR_MIN, order=None, split_share=0.0):
     prep = obj._prepare(y, ptr, cache=False)
     if order is not None:
         prep.work["order"] = order
     obj._par_min = par_min
+    obj._split_share = split_share  # 0: every query of at least par_min takes the row split
     return obj._grad_hess(s, prep, doc_weights(w if w.size else None, prep.group_ptr), mode)
 
 
@@ -58,10 +59,10 @@ def _check(ref, fast, ptr, bound, what):
         assert err <= tol, f"{what}: query {q} (n={r.size}) error {err:.3g} > {tol:.3g}"
 
 
-def _compare(obj, s, y, ptr, mode, w=None, par_min=K._PAR_MIN):
+def _compare(obj, s, y, ptr, mode, w=None, par_min=K._PAR_MIN, split_share=0.0):
     w = np.empty(0) if w is None else w
     g0, h0, v, e = _ref(obj, s, y, ptr, mode, w)
-    g1, h1 = _fast(obj, s, y, ptr, mode, w, par_min)
+    g1, h1 = _fast(obj, s, y, ptr, mode, w, par_min, split_share=split_share)
     nq = len(ptr) - 1
     wmax = w.max() if w.size else 1.0
     bg, bh = np.zeros(nq), np.zeros(nq)
@@ -373,6 +374,31 @@ def test_forked_child_computes_with_its_own_threads():
         out = pool.map_async(_grad_in_child, [(obj, s, y, ptr)] * 2).get(timeout=300)
     for g in out:
         np.testing.assert_array_equal(g, g0)
+
+
+def test_split_only_queries_above_a_threads_share():
+    # ten long queries: one per thread; one huge query among shorter ones: its rows split
+    assert K.split_at(np.array([10_000] * 10), K._PAR_MIN, 2) == 50_001
+    assert K.split_at(np.array([100_000, 50, 5000]), K._PAR_MIN, 2) == 52_501
+    assert K.split_at(np.array([100_000]), K._PAR_MIN, 1) == 100_001  # one thread: no split
+    assert K.split_at(np.array([100, 200]), K._PAR_MIN, 2) == K._PAR_MIN  # nothing long
+    assert K.split_at(np.array([10_000] * 10), K._PAR_MIN, 2, share=0.0) == K._PAR_MIN
+
+
+@pytest.mark.parametrize("mode", ["mixed", "bound"])
+def test_long_queries_one_per_thread_equal_reference(mode):
+    # the default share with par_min lowered to 300: three queries above it run one per thread
+    # (none is split); a long one beside a shorter one is split, in one call
+    rng = np.random.default_rng(41)
+    for sizes, split in (([400] * 3, 601), ([900, 310, 30], 606)):
+        assert K.split_at(np.array(sizes), 300, 2) == split
+        ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        n = int(ptr[-1])
+        s = rng.normal(size=n) * 0.2
+        y = rng.integers(0, 5, n).astype(float)
+        y[rng.random(n) < 0.6] = 0.0
+        for make in OBJECTIVES:
+            _compare(make(mode), s, y, ptr, mode, par_min=300, split_share=K._SPLIT_SHARE)
 
 
 @pytest.mark.parametrize("grid_mode", [0, 1, -1])
