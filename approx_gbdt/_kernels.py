@@ -24,8 +24,9 @@ parallel loops. Every query goes through the same steps: positions, the measure'
 ``e``, the chain-rule sums, (for ApproxAP's exact diagonal) the off-diagonal part, and the
 combination into the gradient and Hessian of ``L = -M``. Apart from the returned gradient and
 Hessian, each thread allocates its work space once per call (sized by its tier's longest
-query), and only the queries of the longest tier allocate more of their size (the row split's
-per-thread sums, the grid's class labels); the sort order persists between calls in ``order``.
+query), and only the queries that take the grid or the row split allocate more of their size
+(the grid's boxes and class labels, the row split's per-thread sums); the sort order persists
+between calls in ``order``.
 """
 
 from __future__ import annotations
@@ -647,20 +648,25 @@ def _long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, 
 _CHUNK_DOCS = 4096  # documents per chunk of a tier: about 1-10 ms of work
 
 
-def _on_threads(block, nt, group_ptr, docs, *args):
+def _on_threads(block, nt, group_ptr, tier, *args):
     """Run ``block(q0, q1, *args)`` over chunks of the queries (whole queries, about
-    ``_CHUNK_DOCS`` of the tier's ``docs`` documents each) on the calling thread and up to
-    ``nt - 1`` pool threads, each taking the next chunk when it is free: a thread that the
-    machine does not schedule (other work on the cores) leaves its chunks to the others
-    instead of holding up the call. ``block`` is compiled with ``nogil=True``, so the threads
-    run in parallel; a waiting thread sleeps. Every thread has finished when this returns or
-    raises (the first error is raised)."""
+    ``_CHUNK_DOCS`` documents of the ``tier`` queries each, ``tier`` a mask over the queries:
+    the block skips the others) on the calling thread and up to ``nt - 1`` pool threads, each
+    taking the next chunk when it is free: a thread that the machine does not schedule (other
+    work on the cores) leaves its chunks to the others instead of holding up the call.
+    ``block`` is compiled with ``nogil=True``, so the threads run in parallel; a waiting thread
+    sleeps. Every thread has finished when this returns or raises (the first error is
+    raised)."""
     nq = group_ptr.shape[0] - 1
-    nch = min(nq, docs // _CHUNK_DOCS)
+    cum = np.concatenate([[0], np.cumsum(np.where(tier, np.diff(group_ptr), 0))])
+    docs = int(cum[-1])
+    nch = min(int(tier.sum()), docs // _CHUNK_DOCS)
     if nt == 1 or nch < 2:
         block(0, nq, *args)
         return
-    ends = np.searchsorted(group_ptr, np.linspace(0, group_ptr[-1], nch + 1)[1:-1])
+    # chunk ends where the tier's documents reach equal shares (queries of the other tiers,
+    # which the block skips, count for nothing)
+    ends = np.searchsorted(cum, np.linspace(0, docs, nch + 1)[1:-1])
     bounds = np.unique(np.concatenate([[0], ends, [nq]]))
     chunks = itertools.count()  # next() is atomic under the GIL
 
@@ -712,19 +718,30 @@ _SPLIT_SHARE = 1.0  # a query is split across threads above this times a thread'
 
 
 def split_at(sizes, lo, nt, share=_SPLIT_SHARE):
-    """The shortest query length whose rows are split across the ``nt`` threads: at least
-    ``lo``, and more than ``share`` times a thread's share of the documents of all queries of
-    at least ``lo`` documents (``share`` 0: every such query).
+    """The shortest query length whose rows are split across the ``nt`` threads (at least
+    ``lo``). Of the queries of at least ``lo`` documents, the largest is split if it holds
+    more than ``share`` times a thread's share of their documents, then the next largest if
+    it holds more than that of the documents left, and so on (``share`` 0: every such
+    query); the others run one per thread.
 
     Splitting one query's rows costs synchronisation and leaves the sequential steps (sort,
     the grid's set-up) to one thread, so where there are enough long queries to keep every
-    thread busy, one query per thread is faster: with 2 threads, 10 queries of 10,000
-    documents took 17 ms (ApproxNDCG) and 43 ms (ApproxAP) one per thread against 32 and
-    90 ms split; a single query of 100,000 documents takes 31 ms split against 51 ms on one
+    thread busy, one query per thread is faster: in a probe with 2 threads, 10 queries of
+    10,000 documents took 17 ms (ApproxNDCG) and 43 ms (ApproxAP) one per thread against 32
+    and 90 ms split, and a single query of 100,000 documents 31 ms split against 51 ms on one
     thread. With one thread no query is split.
     """
-    long_docs = int(sizes[sizes >= lo].sum())
-    return max(lo, int(share * long_docs / nt) + 1)
+    long = np.sort(sizes[sizes >= lo])[::-1]
+    rest = int(long.sum())
+    split = int(long[0]) + 1 if long.shape[0] else lo
+    for n in long:  # the largest first: each is split if it exceeds a share of what is left
+        if n * nt <= share * rest:
+            break
+        split = int(n)
+        rest -= int(n)
+    return max(lo, split)
+
+
 _NO_REL = np.zeros(1, dtype=np.int64)
 _EMPTY = np.empty(0)
 
@@ -785,13 +802,13 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
         small = 0
     tier = sizes < small
     if tier.any():
-        _on_threads(small_block, nt, group_ptr, int(sizes[tier].sum()), *args, 0, small)
+        _on_threads(small_block, nt, group_ptr, tier, *args, 0, small)
     tier = (sizes >= small) & (sizes < short)
     if tier.any():
-        _on_threads(short_block, nt, group_ptr, int(sizes[tier].sum()), *args, small, short)
+        _on_threads(short_block, nt, group_ptr, tier, *args, small, short)
     tier = (sizes >= short) & (sizes < split)
     if tier.any():
-        _on_threads(long_block, nt, group_ptr, int(sizes[tier].sum()), *args, short, split,
+        _on_threads(long_block, nt, group_ptr, tier, *args, short, split,
                     False, 1, grid_mode, _grid_tables())
     if end > split:
         # one caller at a time: Numba's workqueue threading layer (where neither OpenMP nor

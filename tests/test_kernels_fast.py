@@ -376,29 +376,53 @@ def test_forked_child_computes_with_its_own_threads():
         np.testing.assert_array_equal(g, g0)
 
 
+def _split(sizes, nt, lo=K._PAR_MIN):
+    """The sizes of the queries whose rows ``split_at`` splits."""
+    sizes = np.array(sizes)
+    return sorted(sizes[sizes >= K.split_at(sizes, lo, nt)].tolist())
+
+
 def test_split_only_queries_above_a_threads_share():
-    # ten long queries: one per thread; one huge query among shorter ones: its rows split
-    assert K.split_at(np.array([10_000] * 10), K._PAR_MIN, 2) == 50_001
-    assert K.split_at(np.array([100_000, 50, 5000]), K._PAR_MIN, 2) == 52_501
-    assert K.split_at(np.array([100_000]), K._PAR_MIN, 1) == 100_001  # one thread: no split
-    assert K.split_at(np.array([100, 200]), K._PAR_MIN, 2) == K._PAR_MIN  # nothing long
-    assert K.split_at(np.array([10_000] * 10), K._PAR_MIN, 2, share=0.0) == K._PAR_MIN
+    assert _split([10_000] * 10, 2) == []  # ten long queries: one per thread
+    assert _split([50_000, 50_000], 2) == []  # exactly a share each
+    assert _split([100_000], 2) == [100_000]
+    assert _split([100_000], 1) == []  # one thread: no split
+    assert _split([100_000, 40_000], 2) == [40_000, 100_000]  # the one left is split too
+    assert _split([100_000, 30_000, 30_000, 20], 2) == [100_000]
+    assert _split([100_000, 30_000, 30_000], 4) == [30_000, 30_000, 100_000]
+    assert _split([100, 200], 2) == []  # nothing long
+    assert K.split_at(np.array([10_000] * 10), K._PAR_MIN, 2, share=0.0) <= 10_000
 
 
 @pytest.mark.parametrize("mode", ["mixed", "bound"])
-def test_long_queries_one_per_thread_equal_reference(mode):
-    # the default share with par_min lowered to 300: three queries above it run one per thread
-    # (none is split); a long one beside a shorter one is split, in one call
+def test_long_queries_one_per_thread_equal_reference(mode, monkeypatch):
+    # the default share with par_min lowered to 1,000: eight queries above it run one per
+    # thread on the pool (8,800 documents: two chunks), grid where cheaper; of three long
+    # queries, the one above a thread's share is split, the others run one per thread
+    from numba import get_num_threads
+
+    nt = get_num_threads()
+    calls = []
+    for name in ("_long_block", "_long_block_ap"):
+        block = getattr(K, name)
+
+        def spy(*a, block=block):
+            calls.append(bool(a[-4]))  # ``big``: the block splits its queries' rows
+            return block(*a)
+
+        monkeypatch.setattr(K, name, spy)
     rng = np.random.default_rng(41)
-    for sizes, split in (([400] * 3, 601), ([900, 310, 30], 606)):
-        assert K.split_at(np.array(sizes), 300, 2) == split
+    for sizes, n_split in (([1100] * 8, 0), ([3000, 1100, 1100, 30], 1)):
+        assert len(_split(sizes, nt, lo=1000)) == (n_split if nt > 1 else 0)
         ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         n = int(ptr[-1])
         s = rng.normal(size=n) * 0.2
-        y = rng.integers(0, 5, n).astype(float)
-        y[rng.random(n) < 0.6] = 0.0
+        y = rng.integers(1, 5, n) * (rng.random(n) < 0.05)  # ApproxAP's reference: O(n R^2)
         for make in OBJECTIVES:
-            _compare(make(mode), s, y, ptr, mode, par_min=300, split_share=K._SPLIT_SHARE)
+            calls.clear()
+            _compare(make(mode), s, y.astype(float), ptr, mode, par_min=1000,
+                     split_share=K._SPLIT_SHARE)
+            assert calls.count(True) == (n_split if nt > 1 else 0)
 
 
 @pytest.mark.parametrize("grid_mode", [0, 1, -1])
