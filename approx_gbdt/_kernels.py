@@ -648,19 +648,19 @@ def _long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, 
 _CHUNK_DOCS = 4096  # documents per chunk of a tier: about 1-10 ms of work
 
 
-def _on_threads(block, nt, group_ptr, tier, *args):
+def _on_threads(block, nt, docs_of, *args):
     """Run ``block(q0, q1, *args)`` over chunks of the queries (whole queries, about
-    ``_CHUNK_DOCS`` documents of the ``tier`` queries each, ``tier`` a mask over the queries:
-    the block skips the others) on the calling thread and up to ``nt - 1`` pool threads, each
-    taking the next chunk when it is free: a thread that the machine does not schedule (other
-    work on the cores) leaves its chunks to the others instead of holding up the call.
-    ``block`` is compiled with ``nogil=True``, so the threads run in parallel; a waiting thread
-    sleeps. Every thread has finished when this returns or raises (the first error is
-    raised)."""
-    nq = group_ptr.shape[0] - 1
-    cum = np.concatenate([[0], np.cumsum(np.where(tier, np.diff(group_ptr), 0))])
+    ``_CHUNK_DOCS`` documents each by ``docs_of``: the documents of each query of the tier,
+    0 for the others, which the block skips) on the calling thread and up to ``nt - 1`` pool
+    threads, each taking the next chunk when it is free: a thread that the machine does not
+    schedule (other work on the cores) leaves its chunks to the others instead of holding up
+    the call. ``block`` is compiled with ``nogil=True``, so the threads run in parallel; a
+    waiting thread sleeps. Every thread has finished when this returns or raises (the first
+    error is raised)."""
+    nq = docs_of.shape[0]
+    cum = np.concatenate([[0], np.cumsum(docs_of)])
     docs = int(cum[-1])
-    nch = min(int(tier.sum()), docs // _CHUNK_DOCS)
+    nch = min(int(np.count_nonzero(docs_of)), docs // _CHUNK_DOCS)
     if nt == 1 or nch < 2:
         block(0, nq, *args)
         return
@@ -790,7 +790,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
         long_block = _long_block
         args = (job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta, mode,
                 floor, constant, normalize, grad, hess, pos, order)
-    split = split_at(sizes, max(par_min, short), nt, split_share)
+    split = split_at(sizes, par_min, nt, split_share)  # short <= par_min
     end = int(sizes.max()) + 1
     nq = sizes.shape[0]
     # the direct loops only where every query of the short tiers is below small_n: data with
@@ -802,13 +802,13 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
         small = 0
     tier = sizes < small
     if tier.any():
-        _on_threads(small_block, nt, group_ptr, tier, *args, 0, small)
+        _on_threads(small_block, nt, np.where(tier, sizes, 0), *args, 0, small)
     tier = (sizes >= small) & (sizes < short)
     if tier.any():
-        _on_threads(short_block, nt, group_ptr, tier, *args, small, short)
+        _on_threads(short_block, nt, np.where(tier, sizes, 0), *args, small, short)
     tier = (sizes >= short) & (sizes < split)
     if tier.any():
-        _on_threads(long_block, nt, group_ptr, tier, *args, short, split,
+        _on_threads(long_block, nt, np.where(tier, sizes, 0), *args, short, split,
                     False, 1, grid_mode, _grid_tables())
     if end > split:
         # one caller at a time: Numba's workqueue threading layer (where neither OpenMP nor
