@@ -12,8 +12,9 @@ The kernels are split by role:
 
 The scheduler here (``_schedule``) sorts the queries into tiers by length: short ones (below
 ``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact loops only (the
-direct loops of ``_small`` where every short query of the data has fewer than
-``_small.SMALL_N`` documents, else the windowed ones); longer ones one per thread with the grid
+direct loops of ``_small``, or the windowed ones where most of their pairs are in queries of a
+few hundred documents so widely spread that most pairs are saturated, ``_mostly_wide``);
+longer ones one per thread with the grid
 where it is cheaper; and those of at least ``par_min`` documents that hold more than a thread's
 share of the long queries' documents (``split_at``) one after the other with their rows split
 across threads. Each tier is a separately compiled function, compiled when first needed, so
@@ -475,10 +476,9 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass that constant on to
 # ``_sorted_finish``, which Numba then compiles for the literal (once per variant, and once
 # more for the long tiers' run-time flag). The blocks of the direct loops (``_small``) are
-# compiled only for data whose short queries are all below ``SMALL_N`` (never together with
-# the windowed short blocks for one data set): they inline the last step (``finish_rows``;
-# calling ``_sorted_finish`` made them 15 % slower on queries of 10 documents), and
-# ApproxAP's comes in one variant, as it never needs the exact diagonal's sums.
+# never used together with the windowed short blocks in one call: they inline the last step
+# (``finish_rows``; calling ``_sorted_finish`` made them 15 % slower on queries of 10
+# documents), and ApproxAP's comes in one variant, as it never needs the exact diagonal's sums.
 
 def _make_short_block(exact):
     """The short tier's block of a separable measure, for Hessian modes that need the exact
@@ -562,7 +562,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
     """:func:`_make_small_block` for ApproxAP, for its values and for the Hessian modes that
     need none of the exact diagonal's sums."""
     W, P, ident = _small_space(group_ptr, q0, q1, lo, hi)
-    T = np.empty((3, ident.shape[0]))  # scratch of ap_small: y, E, q of the relevant ones
+    T = np.empty((4, ident.shape[0]))  # scratch of ap_small: y, E, q, band of the relevant
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a < 0:
@@ -572,7 +572,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
         for r in range(n):
             W.v[r] = 0.0
         val = ap_small(W.pos, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, inv_z[q], T[0], T[1],
-                       T[2], W.v)
+                       T[2], T[3], W.v)
         if job == JOB_VALUE:
             out[q] = val
             continue
@@ -742,6 +742,33 @@ def split_at(sizes, lo, nt, share=_SPLIT_SHARE):
     return max(lo, split)
 
 
+# The direct loops do every pair of a query; the windowed ones skip the saturated pairs. From
+# a few hundred documents a query whose alpha times score range is wide (most pairs
+# saturated) is cheaper by the windowed loops (one thread, queries of 384 and 511 documents
+# evenly spread over a range of 200: the direct loops take 1.07-1.43 times as long; over 60,
+# 0.85-1.10 times).
+_WIDE_N = 256  # short queries at least this long can be cheaper by the windowed loops
+_WIDE_SPAN = 150.0  # ... where alpha (max s - min s) exceeds this
+
+
+def _mostly_wide(s, group_ptr, sizes, short, alpha):
+    """Whether the short queries (``short``, a mask) of at least ``_WIDE_N`` documents whose
+    ``alpha`` times score range exceeds ``_WIDE_SPAN`` hold more than half of the short
+    queries' ordered pairs (sum of ``n^2``): the windowed loops are then the cheaper ones."""
+    cand = short & (sizes >= _WIDE_N)
+    if not cand.any():
+        return False
+    # every query's range (reduceat from each start to the next; the starts of trailing empty
+    # queries, equal to the length, left out: the last query's range then ends at the end)
+    starts = group_ptr[:-1]
+    keep = starts < s.shape[0]
+    span = np.zeros(sizes.shape[0])
+    span[keep] = alpha * (np.maximum.reduceat(s, starts[keep])
+                          - np.minimum.reduceat(s, starts[keep]))
+    pairs = sizes.astype(np.float64) ** 2
+    return bool(pairs[cand & (span > _WIDE_SPAN)].sum() > 0.5 * pairs[short].sum())
+
+
 _NO_REL = np.zeros(1, dtype=np.int64)
 _EMPTY = np.empty(0)
 
@@ -753,8 +780,9 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
 
     - ``n < small``: one query per thread by the direct pair loops of ``_small``
       (:func:`_make_small_block`). ``small`` is ``min(small_n, short)`` where every query below
-      ``short`` is shorter than that (and, for ApproxAP, the Hessian mode needs none of the
-      exact diagonal's sums), else 0;
+      ``short`` is shorter than that, most of their pairs are not in wide queries
+      (:func:`_mostly_wide`) and, for ApproxAP, the Hessian mode needs none of the exact
+      diagonal's sums; else 0;
     - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
       per thread by the exact windowed loops (:func:`_make_short_block`);
     - ``short <= n < split``: one query per thread, grid where it is cheaper (:func:`_query`);
@@ -793,12 +821,13 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     split = split_at(sizes, par_min, nt, split_share)  # short <= par_min
     end = int(sizes.max()) + 1
     nq = sizes.shape[0]
-    # the direct loops only where every query of the short tiers is below small_n: data with
-    # short queries on both sides of it takes the windowed loops for all of them, so that a
-    # first call compiles one short tier, not two (each costs seconds of compilation)
+    # the direct loops only where every query of the short tiers is below small_n and most of
+    # their pairs are not in wide queries: otherwise the windowed loops take all of them, so
+    # that a call compiles one short tier, not two (each costs seconds of compilation)
     below = sizes < short
     small = min(small_n, short)
-    if (coupled and exact) or not below.any() or sizes[below].max() >= small:
+    if ((coupled and exact) or not below.any() or sizes[below].max() >= small
+            or _mostly_wide(s, group_ptr, sizes, below, alpha)):
         small = 0
     tier = sizes < small
     if tier.any():

@@ -252,7 +252,7 @@ class _ApproxObjective:
     _par_min = K._PAR_MIN  # queries of at least this many documents split across threads
     _split_share = K._SPLIT_SHARE  # ... where they hold more than this times a thread's share
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
-    _small_n = K.SMALL_N  # data whose short queries are all shorter: the direct loops (_small)
+    _small_n = K.SMALL_N  # shorter queries take the direct loops (_small; 0: the windowed ones)
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)

@@ -52,12 +52,12 @@ STEPS = [
 # A user whose first call is ApproxAP's (a third process, with its own empty cache).
 AP_FIRST = [STEPS[1], STEPS[0]]
 
-# First calls on data with short queries on both sides of ``SMALL_N`` (1,000 queries of 10
-# documents and 50 of 200), which take the windowed loops instead of the direct ones.
+# First calls on data with queries of 10 and of a few hundred documents (1,000 queries of 10
+# documents and 25 of 400, like the MSLR sample's lists of up to 308): the direct loops too.
 MIXED_FIRST = [
-    ("ApproxNDCG.grad_hess, queries of 10 and 200 documents",
+    ("ApproxNDCG.grad_hess, queries of 10 and 400 documents",
      "approx_ndcg_obj.grad_hess(*d.mixed)"),
-    ("ApproxAP.grad_hess, queries of 10 and 200 documents", "approx_ap_obj.grad_hess(*d.mixed)"),
+    ("ApproxAP.grad_hess, queries of 10 and 400 documents", "approx_ap_obj.grad_hess(*d.mixed)"),
 ]
 
 CHILD = r"""
@@ -79,7 +79,7 @@ d.dtrain = lgb.Dataset(data.X, d.y, group=np.diff(d.ptr))
 rng = np.random.default_rng(1)
 long_ptr = np.concatenate([[0], np.cumsum(json.loads(sys.argv[2]))])
 d.long = (rng.normal(size=long_ptr[-1]), rng.integers(0, 3, long_ptr[-1]).astype(float), long_ptr)
-mixed_ptr = np.concatenate([np.arange(0, 10001, 10), np.arange(10200, 20001, 200)])
+mixed_ptr = np.concatenate([np.arange(0, 10001, 10), np.arange(10400, 20001, 400)])
 d.mixed = (rng.normal(size=20000), rng.integers(0, 3, 20000).astype(float), mixed_ptr)
 steps = json.loads(sys.argv[1])
 warm = {}
@@ -177,9 +177,8 @@ def main(argv=None):
         lines += ["", f"The first call of a process, in {args.repeats} more fresh processes for "
                   "each (alternating, each with its own empty cache; wall-clock seconds): the "
                   "first two on the generated data above (queries of 20 to 120 documents, the "
-                  "direct loops), the last two on 1,000 queries of 10 documents and 50 of 200 "
-                  f"(data with short queries on both sides of {SMALL_N} documents takes the "
-                  "windowed loops for all of them):", "",
+                  "direct loops), the last two on 1,000 queries of 10 documents and 25 of 400 "
+                  f"(queries of fewer than {SMALL_N} documents, the direct loops too):", "",
                   "| first call of the process | min | median | max |",
                   "| --- | ---: | ---: | ---: |"]
         for label, values in firsts.items():

@@ -117,12 +117,13 @@ def test_nothing_relevant_and_single_documents(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fast_kernels_equal_reference_loops(name, mode):
     obj = parse_objective(name, hessian=mode)
-    # lists on both sides of SMALL_N documents take the windowed loops, data whose lists are
-    # all shorter the direct loops of short lists (_small)
-    for sizes, (spread, ties) in itertools.product(
-        [(1, 2, 40, SMALL_N + 20, 7), (1, 2, 9, SMALL_N - 1, 7)],
+    # lists shorter than SMALL_N take the direct loops of short lists (_small); with the
+    # direct loops off (_small_n = 0), the windowed loops
+    for small_n, sizes, (spread, ties) in itertools.product(
+        [SMALL_N, 0], [(1, 2, 40, 200, 7), (1, 2, 9, 120, 7)],
         [(0.0, False), (1.0, True), (50.0, False), (1e4, False)],
     ):
+        obj._small_n = small_n
         s, y, ptr = _data(7, sizes=sizes, spread=spread, ties=ties)
         w = np.random.default_rng(1).uniform(0.5, 2.0, s.shape[0])
         g0, h0, _, _ = obj._reference_grad_hess(s, y, ptr, w)
