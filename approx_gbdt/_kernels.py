@@ -12,8 +12,8 @@ The kernels are split by role:
 
 The scheduler here (``_schedule``) sorts the queries into tiers by length: short ones (below
 ``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact loops only (the
-direct loops of ``_small``, or the windowed ones where most of their pairs are in queries of a
-few hundred documents so widely spread that most pairs are saturated, ``_mostly_wide``);
+direct loops of ``_small``, or the windowed ones where most of their pairs are in queries of
+a hundred documents or more so widely spread that most pairs are saturated, ``_mostly_wide``);
 longer ones one per thread with the grid
 where it is cheaper; and those of at least ``par_min`` documents that hold more than a thread's
 share of the long queries' documents (``split_at``) one after the other with their rows split
@@ -562,7 +562,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
     """:func:`_make_small_block` for ApproxAP, for its values and for the Hessian modes that
     need none of the exact diagonal's sums."""
     W, P, ident = _small_space(group_ptr, q0, q1, lo, hi)
-    T = np.empty((4, ident.shape[0]))  # scratch of ap_small: y, E, q, band of the relevant
+    T = np.empty((3, ident.shape[0]))  # scratch of ap_small: y, E, q of the relevant ones
     for q in range(q0, q1):
         a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
         if a < 0:
@@ -572,7 +572,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
         for r in range(n):
             W.v[r] = 0.0
         val = ap_small(W.pos, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, inv_z[q], T[0], T[1],
-                       T[2], T[3], W.v)
+                       T[2], W.v)
         if job == JOB_VALUE:
             out[q] = val
             continue
@@ -743,18 +743,20 @@ def split_at(sizes, lo, nt, share=_SPLIT_SHARE):
 
 
 # The direct loops do every pair of a query; the windowed ones skip the saturated pairs. From
-# a few hundred documents a query whose alpha times score range is wide (most pairs
-# saturated) is cheaper by the windowed loops (one thread, queries of 384 and 511 documents
-# evenly spread over a range of 200: the direct loops take 1.07-1.43 times as long; over 60,
-# 0.85-1.10 times).
-_WIDE_N = 256  # short queries at least this long can be cheaper by the windowed loops
+# a hundred or so documents a query whose alpha times score range is wide (most pairs
+# saturated) is cheaper by the windowed loops: one thread, queries of 384 and 511 documents
+# evenly spread over a range of 200 took 1.07-1.43 times as long by the direct loops (over 60,
+# 0.85-1.10 times), and queries of 130 and 200 documents with N(0, 10) scores at alpha 10
+# (beyond _small._SPREAD: one exponential per pair) 1.2-2.2 times.
+_WIDE_N = 128  # short queries at least this long are wide ...
 _WIDE_SPAN = 150.0  # ... where alpha (max s - min s) exceeds this
 
 
 def _mostly_wide(s, group_ptr, sizes, short, alpha):
     """Whether the short queries (``short``, a mask) of at least ``_WIDE_N`` documents whose
     ``alpha`` times score range exceeds ``_WIDE_SPAN`` hold more than half of the short
-    queries' ordered pairs (sum of ``n^2``): the windowed loops are then the cheaper ones."""
+    queries' ordered pairs (sum of ``n^2``): the windowed loops are then the cheaper ones for
+    the short queries."""
     cand = short & (sizes >= _WIDE_N)
     if not cand.any():
         return False
@@ -821,9 +823,10 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     split = split_at(sizes, par_min, nt, split_share)  # short <= par_min
     end = int(sizes.max()) + 1
     nq = sizes.shape[0]
-    # the direct loops only where every query of the short tiers is below small_n and most of
-    # their pairs are not in wide queries: otherwise the windowed loops take all of them, so
-    # that a call compiles one short tier, not two (each costs seconds of compilation)
+    # the direct loops only where every query of the short tiers is below small_n and they are
+    # not mostly widely spread queries of a hundred documents or more (_mostly_wide): else the
+    # windowed loops take all of them, so that a call compiles one short tier, not two (each
+    # costs seconds of compilation; all scores are equal on a first call)
     below = sizes < short
     small = min(small_n, short)
     if ((coupled and exact) or not below.any() or sizes[below].max() >= small

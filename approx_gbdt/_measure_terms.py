@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from approx_gbdt._pairs import _ENTRY, _FM, _STEP, _sig_pair, _window_starts, _windows, argsort_desc
-from approx_gbdt._small import _BAND_LIMIT, _SPREAD, _sig_wide, band_factor, bands
+from approx_gbdt._small import _SPREAD, _sig_wide
 
 TERM_LOG = 0
 TERM_RECIP = 1
@@ -353,17 +353,16 @@ def ap_ve(n, R, W, A, beta, ir):
 
 
 @njit(inline="always", cache=True)
-def ap_small(pos, rel_local, beta, ir, y, E, q, band, v):
+def ap_small(pos, rel_local, beta, ir, y, E, q, v):
     """ApproxAP's ``v`` on the relevant documents of a short query, in query order, by the
     direct loops of ``_small`` (every ordered pair of relevant documents, row by row; ``v`` of
-    the other documents is left as it is); returns the query's value. ``y``, ``E``, ``q`` and
-    ``band`` (length at least R) are scratch.
+    the other documents is left as it is); returns the query's value. ``y``, ``E`` and ``q``
+    (length at least R) are scratch.
 
     With ``y_a = -beta pos^_a`` and ``E_a = exp(y_a - max y)`` (one exponential per relevant
     document), ``sig(beta (p_a - p_b)) = E_b / (E_a + E_b)``; where ``beta`` times the range
-    of the positions is ``_small._SPREAD`` or more, the bands of ``_small`` (``E_b f`` for
-    ``E_b``), and where it exceeds ``_small._BAND_LIMIT`` or ``beta pos^`` overflows, one
-    exponential of ``beta (p_a - p_b)`` per ordered pair.
+    of the positions is ``_small._SPREAD`` or more (or overflows), one exponential of
+    ``beta (p_a - p_b)`` per ordered pair instead.
     ``S_a = sum_{b != a} sig(beta (p_a - p_b))``, ``q_a = 1 / p_a``,
     ``v_a = (-q_a^2 (1 + S_a) + beta sum_b tau_ab (q_a - q_b)) / R``; the row sums include
     ``b = a`` (``sig = 1/2`` up to an ulp, 1/2 subtracted from ``S_a``; ``q_a - q_a = 0``).
@@ -379,40 +378,23 @@ def ap_small(pos, rel_local, beta, ir, y, E, q, band, v):
         lo = min(lo, y[a])
     val = 0.0
     narrow = lo - top > -_SPREAD
-    wide = not narrow and lo - top > -_BAND_LIMIT  # the bands (False for NaN or inf too)
-    if narrow:
-        for a in range(R):
-            E[a] = math.exp(y[a] - top)
-    elif wide:
-        for a in range(R):
-            y[a] -= top
-        bands(y[:R], E, band)
-    else:  # the positions, for one exponential per pair
-        for a in range(R):
-            E[a] = pos[rel_local[a]]
+    for a in range(R):  # E: exponentials where narrow, else the positions
+        E[a] = math.exp(y[a] - top) if narrow else pos[rel_local[a]]
     for a in range(R):
         qa = q[a]
         sa = 0.0
         td = 0.0
-        ea = E[a]
         if narrow:
+            ea = E[a]
             for b in range(R):
                 r = 1.0 / (ea + E[b])
                 sab = E[b] * r
                 sa += sab
                 td += sab * (ea * r) * (qa - q[b])
-        elif wide:
-            ba = band[a]
-            for b in range(R):
-                d = ba - band[b]
-                eb = E[b] * band_factor(d)
-                r = 1.0 / (ea + eb)
-                sab = eb * r
-                sa += sab
-                td += (sab * (ea * r) if d < 2.0 else 0.0) * (qa - q[b])
         else:
+            pa = E[a]
             for b in range(R):
-                sab, _, w = _sig_wide(beta * (ea - E[b]))
+                sab, _, w = _sig_wide(beta * (pa - E[b]))
                 sa += sab
                 td += w * (qa - q[b])
         sa -= 0.5

@@ -4,9 +4,10 @@ For a query of up to a few hundred documents the windowed loops of ``_pairs`` sp
 their per-row machinery (the sort, windows, exp blocks, tiles, a call per row segment) than on
 the pairs themselves. These loops fill a table of every ordered pair ``(i, j)`` of a query (the
 scheduler, ``_kernels._schedule``, gives them the queries below the grid's threshold,
-``SMALL_N``, unless most of their pairs are in widely spread queries of a few hundred
-documents, so the table takes at most ``2 SMALL_N^2`` floats, 4 MiB, per thread), with
-``x_i = alpha (s_i - max s)`` and ``E_i = exp(x_i)`` (one exponential per document):
+``SMALL_N``, unless those of a hundred documents or more are mostly so widely spread that the
+windowed loops, which skip the saturated pairs, are cheaper; so the table takes at most
+``2 SMALL_N^2`` floats, 4 MiB, per thread), with ``x_i = alpha (s_i - max s)`` and
+``E_i = exp(x_i)`` (one exponential per document):
 
     sig_ij = sig(alpha (s_j - s_i)) = E_j / (E_i + E_j),   w_ij = sig_ij sig_ji
 
@@ -14,18 +15,11 @@ one division per ordered pair, over whole rows (twice the divisions of one per p
 loops that vectorise, without scattered updates), and then every sum is a sum over a row. The
 rounding of ``x`` gives each sigmoid a relative error of about ``eps alpha (max s - min s)``
 (below 1e-13 up to ``_SPREAD``), as in the windowed loops. ``E`` stays a normal number while
-``alpha`` times the query's score range is below ``_SPREAD``. A wider query is cut into bands
-of ``_BAND`` (in ``x``) from the top: ``b_i = floor(-x_i / _BAND)``, ``E_i = exp(x_i + _BAND
-b_i)`` in ``(e^-300, 1]``, and
-
-    sig_ij = E_j f / (E_i + E_j f),   f = exp(_BAND (b_i - b_j))
-
-for documents in the same or neighbouring bands (as exact as the narrow case); two or more
-bands apart (``|x_j - x_i| > 300``) a pair counts as saturated: ``f`` is ``_FAR`` above and 0
-below, which gives ``sig`` 1 or 0 exactly, and ``w = 0`` (the exact ``w`` is below
-``e^-300``). Only where ``alpha`` times the score range exceeds ``_BAND_LIMIT`` (beyond which
-``x + _BAND b`` would not be exact) or overflows (a NaN or infinite ``x``) does a query take
-one exponential per pair. ApproxAP's relevant pairs take the same row loops, without a table
+``alpha`` times the query's score range is below ``_SPREAD``; a wider query takes one
+``exp(-|x_j - x_i|)`` per ordered pair. Unlike the windowed loops, no pair is skipped: the
+saturated ones add their tiny weights, as in the reference loops (``_reference``), which keeps
+the normalisation's ``log2(1 + S) / S`` at its limit ``1 / ln 2`` where every pair of a query
+is saturated. ApproxAP's relevant pairs take the same row loops, without a table
 (``_measure_terms.ap_small``). Notation and sums as in ``_pairs``; the results go into the same
 :class:`~approx_gbdt._pairs.PairWork` fields, indexed in query order.
 """
@@ -42,11 +36,6 @@ from approx_gbdt._pairs import _sig_pair
 SMALL_N = 512  # shorter queries take these loops (the grid's GRID_MIN_N; table: 4 MiB)
 _SPREAD = 600.0  # exp(-600) ~ 1e-261: E and E_i + E_j stay normal numbers
 _EXP_MAX = 800.0  # exp(-800) underflows to 0
-_BAND = 300.0  # bands of wide queries: E in (e^-300, 1], E f up to e^300 between neighbours
-_E_UP = math.exp(_BAND)  # f one band up
-_E_DOWN = math.exp(-_BAND)  # f one band down
-_FAR = 1e300  # f two or more bands up: sig rounds to 1
-_BAND_LIMIT = 1e15  # x above -1e15: the bands' x + _BAND b is exact (beyond, one exp per pair)
 
 
 @njit(inline="always", cache=True)
@@ -61,30 +50,6 @@ def _sig_wide(d):
 
 
 @njit(inline="always", cache=True)
-def bands(x, E, band):
-    """Bands of a wide row of finite ``x <= 0`` (module docstring): ``band_i = floor(-x_i /
-    _BAND)`` (as a float) and ``E_i = exp(x_i + _BAND band_i)``."""
-    for i in range(x.shape[0]):
-        b = math.floor(-x[i] / _BAND)
-        band[i] = b
-        E[i] = math.exp(x[i] + _BAND * b)
-
-
-@njit(inline="always", cache=True)
-def band_factor(d):
-    """``f = exp(_BAND d)`` for the band difference ``d = b_i - b_j`` of neighbours (``|d| <=
-    1``); ``_FAR`` for ``d >= 2`` and 0 for ``d <= -2`` (saturated pairs: ``sig`` 1 and 0; the
-    caller sets their ``w`` to 0)."""
-    if d == 0.0:
-        return 1.0
-    if d == 1.0:
-        return _E_UP
-    if d == -1.0:
-        return _E_DOWN
-    return _FAR if d > 0.0 else 0.0
-
-
-@njit(inline="always", cache=True)
 def full_table(n):
     """The table of every ordered pair of queries of up to ``n`` documents:
     ``[0, i, j]`` holds ``sig_ij``, ``[1, i, j]`` holds ``w_ij``."""
@@ -94,10 +59,10 @@ def full_table(n):
 @njit(inline="always", cache=True)
 def small_positions(s, alpha, W, F):
     """``W.pos`` of one query (query order) and its table ``F`` of every ordered pair, filled row
-    by row (whole rows, so that the loops vectorise; ``W.x``, ``W.ex`` and ``W.g`` are
-    scratch). The diagonal holds ``sig = 1/2`` (up to an ulp; exactly where ``alpha s``
-    overflows), so ``pos^_i = 1/2 + sum_j sig_ij``, and ``w = 0`` (a document is not its own
-    pair)."""
+    by row (whole rows, so that the loops vectorise; ``W.x`` and ``W.ex`` are scratch). The
+    diagonal holds ``sig = 1/2`` (up to an ulp where narrow; exactly where wide, also where
+    ``alpha s`` overflows), so ``pos^_i = 1/2 + sum_j sig_ij``, and ``w = 0`` (a document is
+    not its own pair)."""
     n = s.shape[0]
     x = W.x
     E = W.ex
@@ -105,11 +70,9 @@ def small_positions(s, alpha, W, F):
     for i in range(n):
         top = max(top, s[i])
     lo = 0.0
-    finite = True
     for i in range(n):
         x[i] = alpha * (s[i] - top)
         lo = min(lo, x[i])
-        finite &= x[i] > -math.inf  # False for a NaN too
     sig = F[0]
     wt = F[1]
     if lo > -_SPREAD:
@@ -125,25 +88,6 @@ def small_positions(s, alpha, W, F):
                 sij = E[j] * r
                 rs[j] = sij
                 rw[j] = sij * (ei * r)
-                acc += sij
-            rw[i] = 0.0
-            W.pos[i] = acc + 0.5
-    elif finite and lo > -_BAND_LIMIT:
-        band = W.g
-        bands(x[:n], E, band)
-        for i in range(n):
-            ei = E[i]
-            bi = band[i]
-            rs = sig[i]
-            rw = wt[i]
-            acc = 0.0
-            for j in range(n):
-                d = bi - band[j]
-                ej = E[j] * band_factor(d)
-                r = 1.0 / (ei + ej)
-                sij = ej * r
-                rs[j] = sij
-                rw[j] = sij * (ei * r) if d < 2.0 else 0.0
                 acc += sij
             rw[i] = 0.0
             W.pos[i] = acc + 0.5
