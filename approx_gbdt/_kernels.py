@@ -13,7 +13,8 @@ The kernels are split by role:
 The scheduler here (``_schedule``) sorts the queries into tiers by length: short ones (below
 ``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact loops only (the
 direct loops of ``_small``, or the windowed ones where most of their pairs are in queries of
-a hundred documents or more so widely spread that most pairs are saturated, ``_mostly_wide``);
+``_WIDE_N`` (128) documents or more so widely spread that most pairs are saturated,
+``_mostly_wide``);
 longer ones one per thread with the grid
 where it is cheaper; and those of at least ``par_min`` documents that hold more than a thread's
 share of the long queries' documents (``split_at``) one after the other with their rows split
@@ -26,8 +27,8 @@ parallel loops. Every query goes through the same steps: positions, the measure'
 combination into the gradient and Hessian of ``L = -M``. Apart from the returned gradient and
 Hessian, each thread allocates its work space once per call (sized by its tier's longest
 query), and only the queries that take the grid or the row split allocate more of their size
-(the grid's boxes and class labels, the row split's per-thread sums); the sort order persists
-between calls in ``order``.
+(the grid's boxes and class labels, the row split's per-thread sums); the sort order of the
+queries that the windowed loops or the long tiers sort persists between calls in ``order``.
 """
 
 from __future__ import annotations
@@ -747,7 +748,8 @@ def split_at(sizes, lo, nt, share=_SPLIT_SHARE):
 # saturated) is cheaper by the windowed loops: one thread, queries of 384 and 511 documents
 # evenly spread over a range of 200 took 1.07-1.43 times as long by the direct loops (over 60,
 # 0.85-1.10 times), and queries of 130 and 200 documents with N(0, 10) scores at alpha 10
-# (beyond _small._SPREAD: one exponential per pair) 1.2-2.2 times.
+# (alpha times their range near _small._SPREAD, and beyond it in some: one exponential per
+# pair there) 1.2-2.2 times.
 _WIDE_N = 128  # short queries at least this long are wide ...
 _WIDE_SPAN = 150.0  # ... where alpha (max s - min s) exceeds this
 
@@ -765,8 +767,9 @@ def _mostly_wide(s, group_ptr, sizes, short, alpha):
     starts = group_ptr[:-1]
     keep = starts < s.shape[0]
     span = np.zeros(sizes.shape[0])
-    span[keep] = alpha * (np.maximum.reduceat(s, starts[keep])
-                          - np.minimum.reduceat(s, starts[keep]))
+    with np.errstate(over="ignore", invalid="ignore"):  # scores near the float64 limits
+        span[keep] = alpha * (np.maximum.reduceat(s, starts[keep])
+                              - np.minimum.reduceat(s, starts[keep]))
     pairs = sizes.astype(np.float64) ** 2
     return bool(pairs[cand & (span > _WIDE_SPAN)].sum() > 0.5 * pairs[short].sum())
 
@@ -824,9 +827,10 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     end = int(sizes.max()) + 1
     nq = sizes.shape[0]
     # the direct loops only where every query of the short tiers is below small_n and they are
-    # not mostly widely spread queries of a hundred documents or more (_mostly_wide): else the
+    # not mostly widely spread queries of _WIDE_N documents or more (_mostly_wide): else the
     # windowed loops take all of them, so that a call compiles one short tier, not two (each
-    # costs seconds of compilation; all scores are equal on a first call)
+    # costs seconds of compilation; a booster's first round, from equal scores, takes the
+    # direct loops)
     below = sizes < short
     small = min(small_n, short)
     if ((coupled and exact) or not below.any() or sizes[below].max() >= small
@@ -864,8 +868,9 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     ``par_min`` documents are split across threads where they hold more than ``split_share``
     times a thread's share of the long queries' documents (:func:`split_at`), else they run
     one per thread like the shorter ones. Long queries take the grid path
-    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never); data whose short
-    queries all have fewer than ``small_n`` documents takes the direct loops of ``_small`` (see
+    (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never); the short queries
+    take the direct loops of ``_small`` where all of them have fewer than ``small_n``
+    documents and they are not mostly widely spread, else the windowed loops (see
     :func:`_schedule`). ``n_threads`` (the host library's setting; default Numba's) caps the
     threads of this call.
     """

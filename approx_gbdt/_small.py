@@ -4,10 +4,10 @@ For a query of up to a few hundred documents the windowed loops of ``_pairs`` sp
 their per-row machinery (the sort, windows, exp blocks, tiles, a call per row segment) than on
 the pairs themselves. These loops fill a table of every ordered pair ``(i, j)`` of a query (the
 scheduler, ``_kernels._schedule``, gives them the queries below the grid's threshold,
-``SMALL_N``, unless those of a hundred documents or more are mostly so widely spread that the
-windowed loops, which skip the saturated pairs, are cheaper; so the table takes at most
-``2 SMALL_N^2`` floats, 4 MiB, per thread), with ``x_i = alpha (s_i - max s)`` and
-``E_i = exp(x_i)`` (one exponential per document):
+``SMALL_N``, unless those of ``_kernels._WIDE_N`` (128) documents or more are mostly so widely
+spread that the windowed loops, which skip the saturated pairs, are cheaper; so the table
+takes at most ``2 SMALL_N^2`` floats, 4 MiB, per thread), with ``x_i = alpha (s_i - max s)``
+and ``E_i = exp(x_i)`` (one exponential per document):
 
     sig_ij = sig(alpha (s_j - s_i)) = E_j / (E_i + E_j),   w_ij = sig_ij sig_ji
 

@@ -53,11 +53,17 @@ STEPS = [
 AP_FIRST = [STEPS[1], STEPS[0]]
 
 # First calls on data with queries of 10 and of a few hundred documents (1,000 queries of 10
-# documents and 25 of 400, like the MSLR sample's lists of up to 308): the direct loops too.
+# documents and 25 of 400, like the MSLR sample's lists of up to 308): the direct loops too;
+# then the same queries with scores so widely spread (alpha times the range of the long ones
+# about 1,000) that they take the windowed loops.
 MIXED_FIRST = [
     ("ApproxNDCG.grad_hess, queries of 10 and 400 documents",
      "approx_ndcg_obj.grad_hess(*d.mixed)"),
     ("ApproxAP.grad_hess, queries of 10 and 400 documents", "approx_ap_obj.grad_hess(*d.mixed)"),
+    ("ApproxNDCG.grad_hess, the same queries, widely spread scores",
+     "approx_ndcg_obj.grad_hess(*d.wide)"),
+    ("ApproxAP.grad_hess, the same queries, widely spread scores",
+     "approx_ap_obj.grad_hess(*d.wide)"),
 ]
 
 CHILD = r"""
@@ -81,6 +87,7 @@ long_ptr = np.concatenate([[0], np.cumsum(json.loads(sys.argv[2]))])
 d.long = (rng.normal(size=long_ptr[-1]), rng.integers(0, 3, long_ptr[-1]).astype(float), long_ptr)
 mixed_ptr = np.concatenate([np.arange(0, 10001, 10), np.arange(10400, 20001, 400)])
 d.mixed = (rng.normal(size=20000), rng.integers(0, 3, 20000).astype(float), mixed_ptr)
+d.wide = (20.0 * d.mixed[0], d.mixed[1], mixed_ptr)
 steps = json.loads(sys.argv[1])
 warm = {}
 for label, stmt in steps:
@@ -177,8 +184,10 @@ def main(argv=None):
         lines += ["", f"The first call of a process, in {args.repeats} more fresh processes for "
                   "each (alternating, each with its own empty cache; wall-clock seconds): the "
                   "first two on the generated data above (queries of 20 to 120 documents, the "
-                  "direct loops), the last two on 1,000 queries of 10 documents and 25 of 400 "
-                  f"(queries of fewer than {SMALL_N} documents, the direct loops too):", "",
+                  "direct loops), the next two on 1,000 queries of 10 documents and 25 of 400 "
+                  f"(queries of fewer than {SMALL_N} documents, the direct loops too), the last "
+                  "two on the same queries with N(0, 20) scores (alpha times the score range "
+                  "of the long ones about 1,000: the windowed loops):", "",
                   "| first call of the process | min | median | max |",
                   "| --- | ---: | ---: | ---: |"]
         for label, values in firsts.items():

@@ -87,8 +87,7 @@ def _compare(obj, s, y, ptr, mode, w=None, par_min=K._PAR_MIN, split_share=0.0,
 
 
 def _data(seed, nq=30, max_n=70, spread=1.0, ties=False, alpha=10.0):
-    # short queries (the direct loops, or the windowed ones with small_n=0) and one of 200
-    # documents
+    # short queries, one of them of 200 documents (the direct or the windowed loops, _loops)
     rng = np.random.default_rng(seed)
     sizes = rng.integers(1, max_n, nq)
     sizes[0] = 1
@@ -113,13 +112,15 @@ OBJECTIVES = [
 ]
 
 
-@pytest.mark.parametrize("small_n", [K.SMALL_N, 0])  # the direct loops; the windowed ones
+@pytest.mark.parametrize("loops", ["direct", "windowed"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("spread", [0.0, 0.05, 1.0, 10.0, 100.0, 1e4, 1e6])
-def test_fast_equals_reference(mode, spread, small_n):
+def test_fast_equals_reference(mode, spread, loops):
     s, y, ptr = _data(int(spread) % 97, spread=spread, ties=spread == 10.0)
-    for make in OBJECTIVES:
-        _compare(make(mode), s, y, ptr, mode, small_n=small_n)
+    with _loops(loops) as blocks:
+        for make in OBJECTIVES:
+            _compare(make(mode), s, y, ptr, mode)
+    _short_blocks_were(blocks, loops)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -135,15 +136,18 @@ def test_parallel_split_equals_reference(mode):
         _compare(make(mode), s, y, ptr, mode, par_min=16)
 
 
+@pytest.mark.parametrize("loops", ["direct", "windowed"])
 @pytest.mark.parametrize("mode", MODES)
-def test_weights_and_mixed_spreads(mode):
+def test_weights_and_mixed_spreads(mode, loops):
     rng = np.random.default_rng(7)
     s, y, ptr = _data(7, spread=1.0)
     # huge gaps between tight clusters: windows and exp blocks both cut
     s = s + 1e3 * rng.integers(0, 4, s.shape[0]) / 10.0
     w = rng.uniform(0.0, 3.0, s.shape[0])
-    for make in OBJECTIVES:
-        _compare(make(mode), s, y, ptr, mode, w=w)
+    with _loops(loops) as blocks:
+        for make in OBJECTIVES:
+            _compare(make(mode), s, y, ptr, mode, w=w)
+    _short_blocks_were(blocks, loops)
 
 
 def test_one_huge_query():
@@ -177,6 +181,8 @@ def test_long_query_across_tiles_and_exp_blocks(mode):
 
 
 def test_order_persists_between_calls():
+    # the windowed loops sort each query and keep the order between calls (the direct loops
+    # do not sort)
     s, y, ptr = _data(11, nq=20, max_n=200, spread=2.0)
     obj = ApproxNDCG()
     prep = obj._prepare(y, ptr, cache=False)
@@ -186,35 +192,40 @@ def test_order_persists_between_calls():
         # small moves (insertion sort path) then a shuffle (fallback path)
         s = s + (0.01 if step < 2 else 1.0) * rng.normal(size=s.shape[0])
         g0, h0, _, _ = _ref(obj, s, y, ptr, "mixed", np.empty(0))
-        g1, h1 = _fast(obj, s, y, ptr, "mixed", np.empty(0), order=order)
+        g1, h1 = _fast(obj, s, y, ptr, "mixed", np.empty(0), order=order, small_n=0)
         np.testing.assert_allclose(g1, g0, rtol=0, atol=1e-9 * np.abs(g0).max())
         np.testing.assert_allclose(h1, h0, rtol=0, atol=1e-9 * np.abs(h0).max())
+        sorted_queries = 0
         for q in range(len(ptr) - 1):
             o = order[ptr[q]:ptr[q + 1]]
             if o.size < 2 or o[0] < 0:  # queries never sorted (one document, or Z = 0)
                 continue
             assert sorted(o.tolist()) == list(range(o.size))
+            sorted_queries += 1
+        assert sorted_queries > 10
 
 
+@pytest.mark.parametrize("loops", ["direct", "windowed"])
 @pytest.mark.parametrize("spread", [0.0, 1.0, 1e5])
-def test_values_and_positions(spread):
+def test_values_and_positions(spread, loops):
     s, y, ptr = _data(13, spread=spread, ties=True)
     n = s.shape[0]
     p0, p1 = np.empty(n), np.empty(n)
     R.ref_positions(s, ptr, 10.0, p0)
-    K.smoothed_positions(s, ptr, 10.0, p1)
-    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
-    for obj in [ApproxNDCG(), ApproxNDCG(k=3), ApproxAP()]:
-        v0 = obj._reference_value(s, y, ptr)
-        np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)
+    with _loops(loops) as blocks:
+        K.smoothed_positions(s, ptr, 10.0, p1)
+        np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
+        for obj in [ApproxNDCG(), ApproxNDCG(k=3), ApproxAP()]:
+            v0 = obj._reference_value(s, y, ptr)
+            np.testing.assert_allclose(obj.value(s, y, ptr), v0, rtol=1e-10, atol=1e-14)
+    _short_blocks_were(blocks, loops)
 
 
-@pytest.mark.parametrize("small_n", [K.SMALL_N, 0])
+@pytest.mark.parametrize("loops", ["direct", "windowed"])
 @pytest.mark.parametrize("mode", ["mixed", "bound"])
-def test_all_tiers_in_one_call(mode, small_n):
-    # short queries (the direct loops, or the windowed ones with small_n=0), two of the middle
-    # tier (grid where cheaper, one thread) and one above par_min (rows split), with weights,
-    # in one call
+def test_all_tiers_in_one_call(mode, loops):
+    # short queries (the direct or the windowed loops), two of the middle tier (grid where
+    # cheaper, one thread) and one above par_min (rows split), with weights, in one call
     rng = np.random.default_rng(23)
     sizes = np.array([1, 2, 40, 300, 700, 1500, K._PAR_MIN + 500])
     ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -222,10 +233,13 @@ def test_all_tiers_in_one_call(mode, small_n):
     s = rng.normal(size=n)
     y = (rng.random(n) < 0.3) * rng.integers(1, 5, n).astype(float)
     w = rng.uniform(0.5, 2.0, n)
-    _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, w=w, small_n=small_n)
     r = (rng.random(n) < 0.01).astype(float)  # ApproxAP's exact reference costs O(n R^2)
     r[ptr[2]] = 1.0
-    _compare(ApproxAP(hessian=mode), s, r, ptr, mode, w=w, small_n=small_n)
+    with _loops(loops) as blocks:
+        _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, w=w)
+        _compare(ApproxAP(hessian=mode), s, r, ptr, mode, w=w)
+    _short_blocks_were(blocks, loops)
+    assert {"_long_block", "_long_block_ap"} <= blocks
 
 
 @pytest.mark.parametrize("spread", [0.0, 1.0, 10.0, 300.0, 1e4])
@@ -269,7 +283,7 @@ def test_direct_loops_of_short_queries(spread):
             a, b = ptr[q], ptr[q + 1]
             for x, z in zip(out[0], out[1]):
                 scale = np.abs(z[a:b]).max(initial=0.0)
-                np.testing.assert_allclose(x[a:b], z[a:b], rtol=0, atol=1e-11 * scale,
+                np.testing.assert_allclose(x[a:b], z[a:b], rtol=0, atol=1e-12 * scale,
                                            err_msg=f"{obj!r}, query {q}")
     # positions and values by the direct loops, against the reference loops
     p0, p1 = np.empty(n), np.empty(n)
@@ -349,6 +363,32 @@ def _blocks_run():
         yield names
     finally:
         K._on_threads = run
+
+
+@contextlib.contextmanager
+def _loops(kind):
+    """Every short query by the direct loops (``"direct"``: no query counts as wide) or by the
+    windowed ones (``"windowed"``: every short query counts as wide, ``_kernels._mostly_wide``)
+    inside the ``with`` block, which receives the names of the blocks run."""
+    saved = K._WIDE_N, K._WIDE_SPAN
+    K._WIDE_N, K._WIDE_SPAN = (K._WIDE_N, np.inf) if kind == "direct" else (0, -1.0)
+    try:
+        with _blocks_run() as names:
+            yield names
+    finally:
+        K._WIDE_N, K._WIDE_SPAN = saved
+
+
+def _short_blocks_were(names, kind):
+    """The short tier's blocks in ``names`` are those of ``kind`` (ApproxAP's Hessians that
+    need the exact diagonal's sums always take the windowed loops)."""
+    short = {b for b in names if b.startswith(("_small_block", "_short_block"))}
+    if kind == "windowed":
+        assert short and all(b.startswith("_short_block") for b in short), names
+    else:
+        assert any(b.startswith("_small_block") for b in short), names
+        assert short <= {"_small_block_exact", "_small_block_bound", "_small_block_ap",
+                         "_short_block_ap_exact"}, names
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 1000])
@@ -456,8 +496,8 @@ def test_tier_boundaries(grid_mode):
     p0, p1 = np.empty(n), np.empty(n)
     R.ref_positions(s, ptr, 10.0, p0)
     K.smoothed_positions(s, ptr, 10.0, p1)
-    # queries below the grid's threshold: the exact windowed loops; the others may take the
-    # grid, within its bound (_grid): eps_sig times the number of near documents
+    # queries below the grid's threshold: the exact direct or windowed loops; the others may
+    # take the grid, within its bound (_grid): eps_sig times the number of near documents
     short = np.repeat(sizes < GRID_MIN_N, sizes)
     np.testing.assert_allclose(p1[short], p0[short], rtol=1e-9, atol=0)
     np.testing.assert_allclose(p1, p0, rtol=0, atol=_EPS_K[0] * sizes.max())
@@ -542,7 +582,11 @@ def test_wide_queries_of_a_few_hundred_documents_take_the_windowed_loops(span):
     for obj, mode in [(ApproxNDCG(), "mixed"), (ApproxAP(), "bound")]:
         with _blocks_run() as blocks:
             _compare(obj, s, y, ptr, mode)
-        assert all(b.startswith("_small_block") == (span < K._WIDE_SPAN) for b in blocks), blocks
+        expected = {"_small_block_exact", "_small_block_ap"} if span < K._WIDE_SPAN else {
+            "_short_block_exact", "_short_block_ap_bound"}
+        others = {"_small_block_exact", "_small_block_ap", "_short_block_exact",
+                  "_short_block_ap_bound"} - expected
+        assert blocks & expected and not blocks & others, blocks
     # a wide query whose pairs are under half of the short queries' leaves the direct loops
     s2 = s.copy()
     s2[ptr[2]:ptr[3]] = 0.0

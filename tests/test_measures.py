@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import approx_gbdt
-from approx_gbdt import MEASURES, parse_objective
+from approx_gbdt import MEASURES, _kernels, parse_objective
 from approx_gbdt._kernels import SMALL_N
 from approx_gbdt._measure_terms import torch_term
 from tests.reference import torch_approx_ap, torch_positions
@@ -115,10 +115,12 @@ def test_nothing_relevant_and_single_documents(name):
 @pytest.mark.filterwarnings("ignore:.*has no gradient at these scores")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", VARIANTS)
-def test_fast_kernels_equal_reference_loops(name, mode):
+def test_fast_kernels_equal_reference_loops(name, mode, monkeypatch):
     obj = parse_objective(name, hessian=mode)
-    # lists shorter than SMALL_N take the direct loops of short lists (_small); with the
-    # direct loops off (_small_n = 0), the windowed loops
+    # lists shorter than SMALL_N take the direct loops of short lists (_small; no list counts
+    # as widely spread here, _kernels._mostly_wide); with the direct loops off
+    # (_small_n = 0), the windowed loops
+    monkeypatch.setattr(_kernels, "_WIDE_SPAN", np.inf)
     for small_n, sizes, (spread, ties) in itertools.product(
         [SMALL_N, 0], [(1, 2, 40, 200, 7), (1, 2, 9, 120, 7)],
         [(0.0, False), (1.0, True), (50.0, False), (1e4, False)],
