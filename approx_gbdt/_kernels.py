@@ -14,14 +14,12 @@ The scheduler here (``_schedule``) sorts the queries into tiers by length: short
 ``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact loops only (the
 direct loops of ``_small``, or the windowed ones where most of their pairs are in queries of
 ``_WIDE_N`` (128) documents or more so widely spread that most pairs are saturated,
-``_mostly_wide``);
-longer ones one per thread with the grid
-where it is cheaper; and those of at least ``par_min`` documents that hold more than a thread's
-share of the long queries' documents (``split_at``) one after the other with their rows split
-across threads. Each tier is a separately compiled function, compiled when first needed, so
-that a first call on data of short queries compiles only one short tier (seconds, not a
-minute). The per-thread tiers run on Python
-threads over ``nogil`` compiled code (no spinning between calls); the row split uses Numba's
+``_mostly_wide``); longer ones one per thread with the grid where it is cheaper; and those of
+at least ``par_min`` documents that hold more than a thread's share of the long queries'
+documents (``split_at``) one after the other with their rows split across threads. Each tier
+is a separately compiled function, compiled when first needed, so that a first call on data of
+short queries compiles only one short tier (seconds, not a minute). The per-thread tiers run on
+Python threads over ``nogil`` compiled code (no spinning between calls); the row split uses Numba's
 parallel loops. Every query goes through the same steps: positions, the measure's ``v`` and
 ``e``, the chain-rule sums, (for ApproxAP's exact diagonal) the off-diagonal part, and the
 combination into the gradient and Hessian of ``L = -M``. Apart from the returned gradient and

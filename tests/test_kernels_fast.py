@@ -61,11 +61,10 @@ def _check(ref, fast, ptr, bound, what):
         assert err <= tol, f"{what}: query {q} (n={r.size}) error {err:.3g} > {tol:.3g}"
 
 
-def _compare(obj, s, y, ptr, mode, w=None, par_min=K._PAR_MIN, split_share=0.0,
-             small_n=K.SMALL_N):
+def _compare(obj, s, y, ptr, mode, w=None, par_min=K._PAR_MIN, split_share=0.0):
     w = np.empty(0) if w is None else w
     g0, h0, v, e = _ref(obj, s, y, ptr, mode, w)
-    g1, h1 = _fast(obj, s, y, ptr, mode, w, par_min, split_share=split_share, small_n=small_n)
+    g1, h1 = _fast(obj, s, y, ptr, mode, w, par_min, split_share=split_share)
     nq = len(ptr) - 1
     wmax = w.max() if w.size else 1.0
     bg, bh = np.zeros(nq), np.zeros(nq)
@@ -582,11 +581,7 @@ def test_wide_queries_of_a_few_hundred_documents_take_the_windowed_loops(span):
     for obj, mode in [(ApproxNDCG(), "mixed"), (ApproxAP(), "bound")]:
         with _blocks_run() as blocks:
             _compare(obj, s, y, ptr, mode)
-        expected = {"_small_block_exact", "_small_block_ap"} if span < K._WIDE_SPAN else {
-            "_short_block_exact", "_short_block_ap_bound"}
-        others = {"_small_block_exact", "_small_block_ap", "_short_block_exact",
-                  "_short_block_ap_bound"} - expected
-        assert blocks & expected and not blocks & others, blocks
+        _short_blocks_were(blocks, "direct" if span < K._WIDE_SPAN else "windowed")
     # a wide query whose pairs are under half of the short queries' leaves the direct loops
     s2 = s.copy()
     s2[ptr[2]:ptr[3]] = 0.0
