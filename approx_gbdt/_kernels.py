@@ -79,6 +79,7 @@ from approx_gbdt._pairs import (
     HESS_CONSTANT,
     HESS_EXACT,
     HESS_MIXED,
+    _named,
     _positions_rows,
     _positions_rows_par,
     _sorted_bound,
@@ -239,7 +240,7 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     return 0.0
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _ap_relevant_grid(big, R, A, nt, gt):
     """ApproxAP's second-level sums of a query's ``R`` relevant documents (``A.s``, ``A.ts``,
     ``A.td``, ``A.tc``, as :func:`~approx_gbdt._measure_terms.ap_relevant`) by the grid:
@@ -303,7 +304,7 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     return 0.37 * pairs > 200.0 * n + 370.0 * box_pairs + 0.39 * rel_pairs
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
     O(n) grid work plus the relevant documents' own sums (``S``, from
@@ -378,7 +379,7 @@ def _v_classes(v):
     return cls, C
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _within_classes(R, S, cls, C, big, nt):
     """Adds to ``S.bnd`` the bound's pairs within each class of ``cls`` (:func:`_v_classes`)
     by the exact windowed loops (:func:`_sorted_bound`), each class's documents in sorted
@@ -452,7 +453,8 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # a time, with work space allocated once for the chunk. The short tier's blocks run a query's
 # steps by the exact windowed loops only, the long tiers' call ``_query*`` (grid where cheaper;
 # rows split across ``nt`` threads when ``big``): separate functions, so that the short tier
-# compiles without the grid.
+# compiles without the grid, and the one-per-thread tier without the row split's parallel
+# loops (``big`` is a constant of each long block; the steps that take it are inlined).
 #
 # Compile time (a new user's first call) shapes these functions. Flags reach the compiled
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
@@ -466,8 +468,8 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # separate: inlined, they would be compiled again in every caller (measured: the first
 # long-query calls took 4-5 s longer; a first ApproxAP call 0.4 s longer with the last step
 # and ``ap_work`` inlined). Functions of these kernels that only compiled code calls have no
-# CPython wrapper (``_STEP``). The one exception to "flags as arguments" is whether the
-# Hessian mode needs the exact diagonal's sums: the short blocks and the row loop
+# CPython wrapper (``_STEP``). The exceptions to "flags as arguments" are ``big`` (above) and
+# whether the Hessian mode needs the exact diagonal's sums: the short blocks and the row loop
 # ``_chain_rows_*`` come in two variants with that flag a constant of the function (a closure
 # variable, whose branches Numba removes before typing, so the other variant's pair loop and,
 # for ApproxAP, the off-diagonal part are not compiled). A first call then compiles only what
@@ -580,17 +582,29 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
                     grad[a:b], hess[a:b], False)
 
 
-@njit(nogil=True, cache=True, **_ENTRY)
-def _long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
-                theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, big, nt,
-                gp, gt):
-    W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
-    for q in range(q0, q1):
-        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a >= 0:
-            _query(job, big, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta,
-                   mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                   order[a:b], W, nt, gp, gt)
+def _make_long_block(big):
+    """The block of a separable measure's long queries: one query per thread (``_long_block``)
+    or, for ``big``, each query's rows split across ``nt`` threads (``_split_block``).
+    ``big`` is a constant of the compiled function, so that data without queries of the row
+    split never compiles its parallel loops."""
+
+    def long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
+                   theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, nt,
+                   gp, gt):
+        W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
+        for q in range(q0, q1):
+            a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+            if a >= 0:
+                _query(job, big, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta,
+                       theta, mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
+                       order[a:b], W, nt, gp, gt)
+
+    return njit(nogil=True, cache=True, **_ENTRY)(
+        _named(long_block, "_split_block" if big else "_long_block"))
+
+
+_long_block = _make_long_block(False)
+_split_block = _make_long_block(True)
 
 
 @njit(inline="always", cache=True)
@@ -631,17 +645,28 @@ _short_block_ap_exact = _make_short_block_ap(True)
 _short_block_ap_bound = _make_short_block_ap(False)
 
 
-@njit(nogil=True, cache=True, **_ENTRY)
-def _long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
-                   mode, floor, constant, normalize, grad, hess, out, order, lo, hi, big, nt,
-                   gp, gt):
-    W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
-    for q in range(q0, q1):
-        a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-        if a >= 0:
-            out[q] = _query_ap(job, big, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
-                               w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
-                               hess[a:b], order[a:b], W, A, Hc, nt, gp, gt)
+def _make_long_block_ap(big):
+    """ApproxAP's blocks of long queries (``_long_block_ap``, ``_split_block_ap``), as
+    :func:`_make_long_block`."""
+
+    def long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+                      mode, floor, constant, normalize, grad, hess, out, order, lo, hi, nt, gp,
+                      gt):
+        W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
+        for q in range(q0, q1):
+            a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+            if a >= 0:
+                out[q] = _query_ap(job, big, s[a:b], inv_z[q],
+                                   rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
+                                   floor, constant, normalize, grad[a:b], hess[a:b], order[a:b],
+                                   W, A, Hc, nt, gp, gt)
+
+    return njit(nogil=True, cache=True, **_ENTRY)(
+        _named(long_block_ap, "_split_block_ap" if big else "_long_block_ap"))
+
+
+_long_block_ap = _make_long_block_ap(False)
+_split_block_ap = _make_long_block_ap(True)
 
 
 _CHUNK_DOCS = 4096  # documents per chunk of a tier: about 1-10 ms of work
@@ -794,7 +819,8 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
       queries to keep every thread busy one query each (``split_share``).
 
     The tiers are separately compiled functions, compiled on first use: data without long
-    queries never compiles the grid and the row-split loops. Queries with ``inv_z == 0`` get
+    queries never compiles the grid, and data without queries of the row split never compiles
+    its parallel loops. Queries with ``inv_z == 0`` get
     value 0 (``JOB_VALUE``); they and single-document queries get zero gradient and Hessian
     (``JOB_GRAD``).
     """
@@ -813,12 +839,14 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
         short_block = _short_block_ap_exact if exact else _short_block_ap_bound
         small_block = _small_block_ap
         long_block = _long_block_ap
+        split_block = _split_block_ap
         args = (job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta, mode, floor,
                 constant, normalize, grad, hess, out, order)
     else:
         short_block = _short_block_exact if exact else _short_block_bound
         small_block = _small_block_exact if exact else _small_block_bound
         long_block = _long_block
+        split_block = _split_block
         args = (job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta, mode,
                 floor, constant, normalize, grad, hess, pos, order)
     split = split_at(sizes, par_min, nt, split_share)  # short <= par_min
@@ -842,13 +870,13 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
         _on_threads(short_block, nt, np.where(tier, sizes, 0), *args, small, short)
     tier = (sizes >= short) & (sizes < split)
     if tier.any():
-        _on_threads(long_block, nt, np.where(tier, sizes, 0), *args, short, split,
-                    False, 1, grid_mode, _grid_tables())
+        _on_threads(long_block, nt, np.where(tier, sizes, 0), *args, short, split, 1,
+                    grid_mode, _grid_tables())
     if end > split:
         # one caller at a time: Numba's workqueue threading layer (where neither OpenMP nor
         # TBB is available) aborts when two threads enter its parallel loops at once
         with _SPLIT_LOCK:
-            long_block(0, nq, *args, split, end, True, nt, grid_mode, _grid_tables())
+            split_block(0, nq, *args, split, end, nt, grid_mode, _grid_tables())
 
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,

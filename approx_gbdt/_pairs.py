@@ -373,13 +373,18 @@ def _bound_seg(j0, j1, f, ex, v, vi, cb, cw):
     return bi, wi
 
 
-def _variant_named(f, name, exact):
-    """``f`` named after its variant (``name_exact`` or ``name_bound``) before it is compiled:
-    Numba names a function's cache files after its qualified name, and the variants made by
-    one factory would otherwise share them (processes filling one cache at once could then
-    store one variant's code under the other's name)."""
-    f.__name__ = f.__qualname__ = f"{name}_{'exact' if exact else 'bound'}"
+def _named(f, name):
+    """``f`` named ``name`` before it is compiled: Numba names a function's cache files after
+    its qualified name, and the variants made by one factory would otherwise share them
+    (processes filling one cache at once could then store one variant's code under the other's
+    name)."""
+    f.__name__ = f.__qualname__ = name
     return f
+
+
+def _variant_named(f, name, exact):
+    """``f`` named after its variant: ``name_exact`` or ``name_bound`` (:func:`_named`)."""
+    return _named(f, f"{name}_{'exact' if exact else 'bound'}")
 
 
 def _make_chain_rows(exact):
@@ -481,7 +486,7 @@ def _par_bound(x, ex, jend, bend, v, bnd, aw, buf):
         aw[r] = s1
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _sorted_bound(n, W, big, nt):
     """``W.bnd = sum_j w_kj |v_j - v_k|`` and ``W.aw = sum_j w_kj`` (j != k) of one prepared
     query by the exact windowed loops, rows split across ``nt`` threads when ``big``: the

@@ -449,11 +449,11 @@ def test_long_queries_one_per_thread_equal_reference(mode, monkeypatch):
 
     nt = get_num_threads()
     calls = []
-    for name in ("_long_block", "_long_block_ap"):
+    for name in ("_split_block", "_split_block_ap"):  # a query's rows split across threads
         block = getattr(K, name)
 
         def spy(*a, block=block):
-            calls.append(bool(a[-4]))  # ``big``: the block splits its queries' rows
+            calls.append(block)
             return block(*a)
 
         monkeypatch.setattr(K, name, spy)
@@ -468,7 +468,7 @@ def test_long_queries_one_per_thread_equal_reference(mode, monkeypatch):
             calls.clear()
             _compare(make(mode), s, y.astype(float), ptr, mode, par_min=1000,
                      split_share=K._SPLIT_SHARE)
-            assert calls.count(True) == (n_split if nt > 1 else 0)
+            assert len(calls) == (n_split if nt > 1 else 0)
 
 
 @pytest.mark.parametrize("grid_mode", [0, 1, -1])
@@ -563,6 +563,35 @@ def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, m
                          env=env, cwd=root)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == compiled
+
+
+def test_long_queries_below_the_row_split_compile_no_parallel_loops(tmp_path):
+    # a fresh process with an empty cache, both measures' default objectives on queries of the
+    # grid's tier (one query per thread): the row split's block and its parallel loops are
+    # not compiled
+    code = textwrap.dedent("""
+        import json
+        import numpy as np
+        import approx_gbdt
+        from approx_gbdt import _grid, _kernels, _pairs
+        rng = np.random.default_rng(0)
+        ptr = np.array([0, 600, 1300])
+        y = rng.integers(0, 3, ptr[-1]).astype(float)
+        s = rng.normal(size=ptr[-1])
+        approx_gbdt.approx_ndcg_obj.grad_hess(s, y, ptr)
+        approx_gbdt.approx_ap_obj.grad_hess(s, y, ptr)
+        fs = (_kernels._long_block, _kernels._long_block_ap, _kernels._split_block,
+              _kernels._split_block_ap, _grid.grid_positions_par, _grid.grid_chain_par,
+              _pairs._par_positions, _pairs._par_chain, _pairs._par_bound)
+        print(json.dumps([len(f.signatures) for f in fs]))
+    """)
+    root = Path(approx_gbdt.__file__).resolve().parents[1]  # the package under test
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, 1, 0, 0, 0, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("span", [60.0, 400.0])
