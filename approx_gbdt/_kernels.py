@@ -79,7 +79,6 @@ from approx_gbdt._pairs import (
     HESS_CONSTANT,
     HESS_EXACT,
     HESS_MIXED,
-    _named,
     _positions_rows,
     _positions_rows_par,
     _sorted_bound,
@@ -188,8 +187,8 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt
 
 
 @njit(inline="always", cache=True)
-def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
-           normalize, grad, hess, pos, order, W, nt, gp, gt):
+def _query(job, big, need_exact, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor,
+           constant, normalize, grad, hess, pos, order, W, nt, gp, gt):
     """One query of a separable measure (or only its positions), every step; ``big`` splits
     the pair loops across ``nt`` threads."""
     n = s.shape[0]
@@ -199,7 +198,6 @@ def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor
             pos[order[r]] = W.pos[r]
     else:
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
-        need_exact = _need_exact(mode)
         # the class split of the bound needs v monotone within a gain class (no top-k)
         _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order, nt,
                     gt)
@@ -208,8 +206,8 @@ def _query(job, big, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor
 
 
 @njit(inline="always", cache=True)
-def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
-              grad, hess, order, W, A, Hc, nt, gp, gt):
+def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, floor, constant,
+              normalize, grad, hess, order, W, A, Hc, nt, gp, gt):
     """One query of ApproxAP, every step. Returns the query's value for ``JOB_VALUE``."""
     n = s.shape[0]
     grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
@@ -223,7 +221,6 @@ def _query_ap(job, big, s, iz, rel_local, wts, alpha, beta, mode, floor, constan
     if job == JOB_VALUE:
         return ap_value_sum(R, A, iz)
     ap_ve(n, R, W, A, beta, iz)
-    need_exact = _need_exact(mode)
     need_bound = _need_bound(mode)
     # ApproxAP's v is coupled, not monotone within a class: the grid's class split does not
     # apply; its bound comes from _ap_grid_bound where that is cheaper than the exact chain.
@@ -469,14 +466,13 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # long-query calls took 4-5 s longer; a first ApproxAP call 0.4 s longer with the last step
 # and ``ap_work`` inlined). Functions of these kernels that only compiled code calls have no
 # CPython wrapper (``_STEP``). The exceptions to "flags as arguments" are ``big`` (above) and
-# whether the Hessian mode needs the exact diagonal's sums: the short blocks and the row loop
+# whether the Hessian mode needs the exact diagonal's sums: the blocks and the row loop
 # ``_chain_rows_*`` come in two variants with that flag a constant of the function (a closure
 # variable, whose branches Numba removes before typing, so the other variant's pair loop and,
 # for ApproxAP, the off-diagonal part are not compiled). A first call then compiles only what
 # its mode uses: ApproxAP's default Hessian ("bound") needs none of the exact sums;
 # ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass that constant on to
-# ``_sorted_finish``, which Numba then compiles for the literal (once per variant, and once
-# more for the long tiers' run-time flag). The blocks of the direct loops (``_small``) are
+# ``_sorted_finish``, which Numba then compiles for the literal (once per variant). The blocks of the direct loops (``_small``) are
 # never used together with the windowed short blocks in one call: they inline the last step
 # (``finish_rows``; calling ``_sorted_finish`` made them 15 % slower on queries of 10
 # documents), and ApproxAP's comes in one variant, as it never needs the exact diagonal's sums.
@@ -582,11 +578,12 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
                     grad[a:b], hess[a:b], False)
 
 
-def _make_long_block(big):
-    """The block of a separable measure's long queries: one query per thread (``_long_block``)
-    or, for ``big``, each query's rows split across ``nt`` threads (``_split_block``).
-    ``big`` is a constant of the compiled function, so that data without queries of the row
-    split never compiles its parallel loops."""
+def _make_long_block(big, exact):
+    """The block of a separable measure's long queries: one query per thread (``_long_block_*``)
+    or, for ``big``, each query's rows split across ``nt`` threads (``_split_block_*``), for
+    Hessian modes that need the exact diagonal's sums (``exact``) or not. Both are constants
+    of the compiled function, so that data without queries of the row split never compiles
+    its parallel loops, and a first call compiles only the pair loops its mode uses."""
 
     def long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                    theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, nt,
@@ -595,16 +592,18 @@ def _make_long_block(big):
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a >= 0:
-                _query(job, big, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta,
-                       theta, mode, floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b],
-                       order[a:b], W, nt, gp, gt)
+                _query(job, big, exact, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k,
+                       beta, theta, mode, floor, constant, normalize, grad[a:b], hess[a:b],
+                       pos[a:b], order[a:b], W, nt, gp, gt)
 
     return njit(nogil=True, cache=True, **_ENTRY)(
-        _named(long_block, "_split_block" if big else "_long_block"))
+        _variant_named(long_block, "_split_block" if big else "_long_block", exact))
 
 
-_long_block = _make_long_block(False)
-_split_block = _make_long_block(True)
+_long_block_exact = _make_long_block(False, True)
+_long_block_bound = _make_long_block(False, False)
+_split_block_exact = _make_long_block(True, True)
+_split_block_bound = _make_long_block(True, False)
 
 
 @njit(inline="always", cache=True)
@@ -645,8 +644,8 @@ _short_block_ap_exact = _make_short_block_ap(True)
 _short_block_ap_bound = _make_short_block_ap(False)
 
 
-def _make_long_block_ap(big):
-    """ApproxAP's blocks of long queries (``_long_block_ap``, ``_split_block_ap``), as
+def _make_long_block_ap(big, exact):
+    """ApproxAP's blocks of long queries (``_long_block_ap_*``, ``_split_block_ap_*``), as
     :func:`_make_long_block`."""
 
     def long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
@@ -656,17 +655,19 @@ def _make_long_block_ap(big):
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a >= 0:
-                out[q] = _query_ap(job, big, s[a:b], inv_z[q],
+                out[q] = _query_ap(job, big, exact, s[a:b], inv_z[q],
                                    rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
                                    floor, constant, normalize, grad[a:b], hess[a:b], order[a:b],
                                    W, A, Hc, nt, gp, gt)
 
     return njit(nogil=True, cache=True, **_ENTRY)(
-        _named(long_block_ap, "_split_block_ap" if big else "_long_block_ap"))
+        _variant_named(long_block_ap, "_split_block_ap" if big else "_long_block_ap", exact))
 
 
-_long_block_ap = _make_long_block_ap(False)
-_split_block_ap = _make_long_block_ap(True)
+_long_block_ap_exact = _make_long_block_ap(False, True)
+_long_block_ap_bound = _make_long_block_ap(False, False)
+_split_block_ap_exact = _make_long_block_ap(True, True)
+_split_block_ap_bound = _make_long_block_ap(True, False)
 
 
 _CHUNK_DOCS = 4096  # documents per chunk of a tier: about 1-10 ms of work
@@ -838,15 +839,15 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     if coupled:
         short_block = _short_block_ap_exact if exact else _short_block_ap_bound
         small_block = _small_block_ap
-        long_block = _long_block_ap
-        split_block = _split_block_ap
+        long_block = _long_block_ap_exact if exact else _long_block_ap_bound
+        split_block = _split_block_ap_exact if exact else _split_block_ap_bound
         args = (job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta, mode, floor,
                 constant, normalize, grad, hess, out, order)
     else:
         short_block = _short_block_exact if exact else _short_block_bound
         small_block = _small_block_exact if exact else _small_block_bound
-        long_block = _long_block
-        split_block = _split_block
+        long_block = _long_block_exact if exact else _long_block_bound
+        split_block = _split_block_exact if exact else _split_block_bound
         args = (job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta, mode,
                 floor, constant, normalize, grad, hess, pos, order)
     split = split_at(sizes, par_min, nt, split_share)  # short <= par_min

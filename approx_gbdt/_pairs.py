@@ -373,18 +373,13 @@ def _bound_seg(j0, j1, f, ex, v, vi, cb, cw):
     return bi, wi
 
 
-def _named(f, name):
-    """``f`` named ``name`` before it is compiled: Numba names a function's cache files after
-    its qualified name, and the variants made by one factory would otherwise share them
-    (processes filling one cache at once could then store one variant's code under the other's
-    name)."""
-    f.__name__ = f.__qualname__ = name
-    return f
-
-
 def _variant_named(f, name, exact):
-    """``f`` named after its variant: ``name_exact`` or ``name_bound`` (:func:`_named`)."""
-    return _named(f, f"{name}_{'exact' if exact else 'bound'}")
+    """``f`` named after its variant (``name_exact`` or ``name_bound``) before it is compiled:
+    Numba names a function's cache files after its qualified name, and the variants made by
+    one factory would otherwise share them (processes filling one cache at once could then
+    store one variant's code under the other's name)."""
+    f.__name__ = f.__qualname__ = f"{name}_{'exact' if exact else 'bound'}"
+    return f
 
 
 def _make_chain_rows(exact):

@@ -31,7 +31,8 @@ from approx_gbdt._kernels import SMALL_N
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LONG = (2000, 6000)  # a query of the grid's tier and one whose rows are split across threads
+LONG = (1000, 2000)  # queries of the grid's tier, one query per thread
+SPLIT = (10000,)  # a query whose rows are split across threads (on two or more threads)
 
 # The first calls a user makes, in order: (label, statement). ``d`` is the data set.
 STEPS = [
@@ -47,6 +48,9 @@ STEPS = [
     (f"ApproxNDCG.grad_hess, queries of {LONG[0]:,} and {LONG[1]:,} documents",
      "approx_ndcg_obj.grad_hess(*d.long)"),
     ("ApproxAP.grad_hess, the same long queries", "approx_ap_obj.grad_hess(*d.long)"),
+    (f"ApproxNDCG.grad_hess, a query of {SPLIT[0]:,} documents (rows split)",
+     "approx_ndcg_obj.grad_hess(*d.split)"),
+    ("ApproxAP.grad_hess, the same query", "approx_ap_obj.grad_hess(*d.split)"),
 ]
 
 # A user whose first call is ApproxAP's (a third process, with its own empty cache).
@@ -64,6 +68,11 @@ MIXED_FIRST = [
      "approx_ndcg_obj.grad_hess(*d.wide)"),
     ("ApproxAP.grad_hess, the same queries, widely spread scores",
      "approx_ap_obj.grad_hess(*d.wide)"),
+    ('ApproxAP(hessian="exact").grad_hess, generated data',
+     "approx_gbdt.ApproxAP(hessian='exact').grad_hess(d.s, d.y, d.ptr)"),
+    (f"ApproxNDCG.grad_hess, queries of {LONG[0]:,} and {LONG[1]:,} documents",
+     "approx_ndcg_obj.grad_hess(*d.long)"),
+    ("ApproxAP.grad_hess, the same long queries", "approx_ap_obj.grad_hess(*d.long)"),
 ]
 
 CHILD = r"""
@@ -85,6 +94,9 @@ d.dtrain = lgb.Dataset(data.X, d.y, group=np.diff(d.ptr))
 rng = np.random.default_rng(1)
 long_ptr = np.concatenate([[0], np.cumsum(json.loads(sys.argv[2]))])
 d.long = (rng.normal(size=long_ptr[-1]), rng.integers(0, 3, long_ptr[-1]).astype(float), long_ptr)
+split_ptr = np.concatenate([[0], np.cumsum(json.loads(sys.argv[3]))])
+d.split = (rng.normal(size=split_ptr[-1]), rng.integers(0, 3, split_ptr[-1]).astype(float),
+           split_ptr)
 mixed_ptr = np.concatenate([np.arange(0, 10001, 10), np.arange(10400, 20001, 400)])
 d.mixed = (rng.normal(size=20000), rng.integers(0, 3, 20000).astype(float), mixed_ptr)
 d.wide = (20.0 * d.mixed[0], d.mixed[1], mixed_ptr)
@@ -113,7 +125,8 @@ print(json.dumps({"first": times, "cpu": cpu, "warm": warm, "specs": specs,
 def run_child(cache_dir, steps=STEPS):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(steps), json.dumps(LONG)],
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(steps), json.dumps(LONG),
+                          json.dumps(SPLIT)],
                          env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["process"] = time.perf_counter() - start
@@ -159,9 +172,10 @@ def main(argv=None):
         "`NUMBA_CACHE_DIR` is a new empty folder (a new user's first run); 'full cache': the "
         "same folder afterwards (every later run). 'Warm' is the same call repeated in the "
         "process: the rest is compilation or loading from the cache. The calls before the "
-        f"last two meet only queries of fewer than {SMALL_N} documents, which take the direct "
-        "loops of `_small`; the last two compile the kernels of longer queries (the grid, and "
-        "rows split across threads). Wall-clock seconds, "
+        f"last four meet only queries of fewer than {SMALL_N} documents, which take the direct "
+        "loops of `_small`; the next two compile the kernels of longer queries (the grid, one "
+        "query per thread), the last two those of a query whose rows are split across "
+        "threads (their own compiled block, with parallel loops). Wall-clock seconds, "
         "and the CPU seconds of the process (all threads) with an empty cache: Numba compiles "
         "on one thread, so on a busy machine the CPU seconds are closer to what an idle "
         "machine's wall clock shows.",
@@ -187,7 +201,11 @@ def main(argv=None):
                   "direct loops), the next two on 1,000 queries of 10 documents and 25 of 400 "
                   f"(queries of fewer than {SMALL_N} documents, the direct loops too), the last "
                   "two on the same queries with N(0, 20) scores (alpha times the score range "
-                  "of the long ones about 1,000: the windowed loops):", "",
+                  "of the long ones about 1,000: the windowed loops), then ApproxAP's exact "
+                  "Hessian on the generated data (the windowed loops: the direct ones lack its "
+                  f"off-diagonal sums), and the queries of {LONG[0]:,} and {LONG[1]:,} "
+                  "documents (alone: the grid's tier, one query per thread; no short queries "
+                  "and no row split):", "",
                   "| first call of the process | min | median | max |",
                   "| --- | ---: | ---: | ---: |"]
         for label, values in firsts.items():

@@ -238,7 +238,8 @@ def test_all_tiers_in_one_call(mode, loops):
         _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, w=w)
         _compare(ApproxAP(hessian=mode), s, r, ptr, mode, w=w)
     _short_blocks_were(blocks, loops)
-    assert {"_long_block", "_long_block_ap"} <= blocks
+    variant = "exact" if mode in ("exact", "mixed") else "bound"
+    assert {f"_long_block_{variant}", f"_long_block_ap_{variant}"} <= blocks
 
 
 @pytest.mark.parametrize("spread", [0.0, 1.0, 10.0, 300.0, 1e4])
@@ -339,12 +340,12 @@ def test_direct_loops_with_the_long_tiers_in_one_call():
     w = rng.uniform(0.5, 2.0, n)
     with _blocks_run() as blocks:
         _compare(ApproxNDCG(), s, y, ptr, "mixed", w=w)
-    assert {"_small_block_exact", "_long_block"} <= blocks
+    assert {"_small_block_exact", "_long_block_exact"} <= blocks
     r = (rng.random(n) < 0.01).astype(float)  # ApproxAP's exact reference costs O(n R^2)
     r[ptr[2]:ptr[4]] = rng.random(sizes[2] + sizes[3]) < 0.5
     with _blocks_run() as blocks:
         _compare(ApproxAP(), s, r, ptr, "bound", w=w)
-    assert {"_small_block_ap", "_long_block_ap"} <= blocks
+    assert {"_small_block_ap", "_long_block_ap_bound"} <= blocks
 
 
 @contextlib.contextmanager
@@ -449,7 +450,8 @@ def test_long_queries_one_per_thread_equal_reference(mode, monkeypatch):
 
     nt = get_num_threads()
     calls = []
-    for name in ("_split_block", "_split_block_ap"):  # a query's rows split across threads
+    for name in ("_split_block_exact", "_split_block_bound", "_split_block_ap_exact",
+                 "_split_block_ap_bound"):  # a query's rows split across threads
         block = getattr(K, name)
 
         def spy(*a, block=block):
@@ -567,22 +569,25 @@ def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, m
 
 def test_long_queries_below_the_row_split_compile_no_parallel_loops(tmp_path):
     # a fresh process with an empty cache, both measures' default objectives on queries of the
-    # grid's tier (one query per thread): the row split's block and its parallel loops are
-    # not compiled
+    # grid's tier (one query per thread): the blocks of their Hessian modes only (ApproxAP's
+    # "bound" compiles no off-diagonal part of the exact diagonal), and not the row split's
+    # block and parallel loops
     code = textwrap.dedent("""
         import json
         import numpy as np
         import approx_gbdt
-        from approx_gbdt import _grid, _kernels, _pairs
+        from approx_gbdt import _grid, _kernels, _measure_terms, _pairs
         rng = np.random.default_rng(0)
         ptr = np.array([0, 600, 1300])
         y = rng.integers(0, 3, ptr[-1]).astype(float)
         s = rng.normal(size=ptr[-1])
         approx_gbdt.approx_ndcg_obj.grad_hess(s, y, ptr)
         approx_gbdt.approx_ap_obj.grad_hess(s, y, ptr)
-        fs = (_kernels._long_block, _kernels._long_block_ap, _kernels._split_block,
-              _kernels._split_block_ap, _grid.grid_positions_par, _grid.grid_chain_par,
-              _pairs._par_positions, _pairs._par_chain, _pairs._par_bound)
+        fs = (_kernels._long_block_exact, _kernels._long_block_ap_bound,
+              _kernels._long_block_bound, _kernels._long_block_ap_exact,
+              _kernels._split_block_exact, _kernels._split_block_ap_bound,
+              _grid.grid_positions_par, _grid.grid_chain_par, _pairs._par_positions,
+              _pairs._par_chain, _pairs._par_bound, _measure_terms.ap_offdiag)
         print(json.dumps([len(f.signatures) for f in fs]))
     """)
     root = Path(approx_gbdt.__file__).resolve().parents[1]  # the package under test
@@ -591,7 +596,7 @@ def test_long_queries_below_the_row_split_compile_no_parallel_loops(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, cwd=root)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, 1] + [0] * 10
 
 
 @pytest.mark.parametrize("span", [60.0, 400.0])
