@@ -472,8 +472,9 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # for ApproxAP, the off-diagonal part are not compiled). A first call then compiles only what
 # its mode uses: ApproxAP's default Hessian ("bound") needs none of the exact sums;
 # ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass that constant on to
-# ``_sorted_finish``, which Numba then compiles for the literal (once per variant). The blocks of the direct loops (``_small``) are
-# never used together with the windowed short blocks in one call: they inline the last step
+# ``_sorted_finish``, which Numba then compiles for the literal (once per variant). The blocks
+# of the direct loops (``_small``) are never used together with the windowed short blocks in
+# one call: they inline the last step
 # (``finish_rows``; calling ``_sorted_finish`` made them 15 % slower on queries of 10
 # documents), and ApproxAP's comes in one variant, as it never needs the exact diagonal's sums.
 
