@@ -530,6 +530,18 @@ def test_concurrent_callers_get_the_single_threaded_result():
             np.testing.assert_allclose(h, ones[which][1], rtol=1e-12, atol=1e-15)
 
 
+def _in_fresh_process(code, cache_dir):
+    """The JSON that ``code`` prints last, run by a new Python process with the package under
+    test and an empty Numba cache in ``cache_dir`` (what a new user's first calls compile)."""
+    root = Path(approx_gbdt.__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
+    env.update(NUMBA_CACHE_DIR=str(cache_dir), PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=root)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("measure, compiled", [
     ("ApproxNDCG", [[1, 0, 0, 0, 0, 0], [1, 0, 0, 1, 0, 0]]),  # "mixed": no bound-only loop
     ("ApproxAP", [[0, 1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 1]]),  # "bound": no exact sums
@@ -558,13 +570,7 @@ def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, m
                 _kernels._small_block_ap)])
         print(json.dumps(counts))
     """)
-    root = Path(approx_gbdt.__file__).resolve().parents[1]  # the package under test
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
-    env.update(NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, cwd=root)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == compiled
+    assert _in_fresh_process(code, tmp_path) == compiled
 
 
 def test_long_queries_below_the_row_split_compile_no_parallel_loops(tmp_path):
@@ -590,13 +596,7 @@ def test_long_queries_below_the_row_split_compile_no_parallel_loops(tmp_path):
               _pairs._par_chain, _pairs._par_bound, _measure_terms.ap_offdiag)
         print(json.dumps([len(f.signatures) for f in fs]))
     """)
-    root = Path(approx_gbdt.__file__).resolve().parents[1]  # the package under test
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
-    env.update(NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, cwd=root)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, 1] + [0] * 10
+    assert _in_fresh_process(code, tmp_path) == [1, 1] + [0] * 10
 
 
 @pytest.mark.parametrize("span", [60.0, 400.0])
