@@ -834,7 +834,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     else:
         short = par_min if grid_mode < 0 else min(par_min, GRID_MIN_N)
     coupled = kind == KIND_AP
-    # the short block's variant: the Hessian mode's (the measure's default mode's when only
+    # the blocks' variant: the Hessian mode's (the measure's default mode's when only
     # positions or values are needed)
     exact = need_exact_parts(mode) if job == JOB_GRAD else not coupled
     if coupled:

@@ -517,38 +517,48 @@ def _par_positions(x, ex, jend, bend, pos, buf):
         pos[r] = acc
 
 
-@njit(parallel=True, cache=True, **_STEP)
-def _par_chain(x, ex, jend, bend, v, ee, need_exact, g, bnd, aa, ab, aw, buf):
-    n = x.shape[0]
-    nt = buf.shape[0]
-    nch = (n + _CHUNK - 1) // _CHUNK
-    for t in prange(nt):
-        b = buf[t]
-        for f in range(5):
-            for r in range(n):
-                b[f, r] = 0.0
-        for c in range(t, nch, nt):
-            r0 = c * _CHUNK
-            r1 = min(n, (c + 1) * _CHUNK)
-            _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
-                        b[0], b[1], b[2], b[3], b[4], b[0], b[1], b[2], b[3], b[4])
-    for r in prange(n):
-        s0 = 0.0
-        s1 = 0.0
-        s2 = 0.0
-        s3 = 0.0
-        s4 = 0.0
-        for t in range(nt):
-            s0 += buf[t, 0, r]
-            s1 += buf[t, 1, r]
-            s2 += buf[t, 2, r]
-            s3 += buf[t, 3, r]
-            s4 += buf[t, 4, r]
-        g[r] = s0
-        bnd[r] = s1
-        aa[r] = s2
-        ab[r] = s3
-        aw[r] = s4
+def _make_par_chain(exact):
+    """The chain-rule sums of one long query with its rows split across threads in chunks of
+    ``_CHUNK``: all five sums (``exact``) or only the gradient and the bound, a constant of the
+    compiled function as in :func:`_make_chain_rows`."""
+
+    def par_chain(x, ex, jend, bend, v, ee, g, bnd, aa, ab, aw, buf):
+        n = x.shape[0]
+        nt = buf.shape[0]
+        nch = (n + _CHUNK - 1) // _CHUNK
+        for t in prange(nt):
+            b = buf[t]
+            for f in range(5):
+                for r in range(n):
+                    b[f, r] = 0.0
+            for c in range(t, nch, nt):
+                r0 = c * _CHUNK
+                r1 = min(n, (c + 1) * _CHUNK)
+                _chain_rows(r0, r1, x, ex, jend, bend, v, ee, exact,
+                            b[0], b[1], b[2], b[3], b[4], b[0], b[1], b[2], b[3], b[4])
+        for r in prange(n):
+            s0 = 0.0
+            s1 = 0.0
+            s2 = 0.0
+            s3 = 0.0
+            s4 = 0.0
+            for t in range(nt):
+                s0 += buf[t, 0, r]
+                s1 += buf[t, 1, r]
+                s2 += buf[t, 2, r]
+                s3 += buf[t, 3, r]
+                s4 += buf[t, 4, r]
+            g[r] = s0
+            bnd[r] = s1
+            aa[r] = s2
+            ab[r] = s3
+            aw[r] = s4
+
+    return njit(parallel=True, cache=True, **_STEP)(_variant_named(par_chain, "_par_chain", exact))
+
+
+_par_chain_exact = _make_par_chain(True)
+_par_chain_bound = _make_par_chain(False)
 
 
 @njit(inline="always", cache=True)
@@ -605,11 +615,16 @@ def _sorted_chain(n, W, need_exact):
                 need_exact, g, bnd, aa, ab, aw, g, bnd, aa, ab, aw)
 
 
-@njit(cache=True, **_STEP)
+@njit(inline="always", cache=True)
 def _sorted_chain_par(n, W, need_exact, nt):
-    """Sorted-order chain-rule sums of one long query, rows split across threads."""
-    _par_chain(W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], need_exact,
-               W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))
+    """Sorted-order chain-rule sums of one long query, rows split across threads; a caller
+    whose ``need_exact`` is a constant compiles only that variant of the row split."""
+    args = (W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], W.g[:n], W.bnd[:n],
+            W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))
+    if need_exact:
+        _par_chain_exact(*args)
+    else:
+        _par_chain_bound(*args)
 
 
 @njit(cache=True, **_STEP)

@@ -199,7 +199,7 @@ def main(argv=None):
                   "each (alternating, each with its own empty cache; wall-clock seconds): the "
                   "first two on the generated data above (queries of 20 to 120 documents, the "
                   "direct loops), the next two on 1,000 queries of 10 documents and 25 of 400 "
-                  f"(queries of fewer than {SMALL_N} documents, the direct loops too), the last "
+                  f"(queries of fewer than {SMALL_N} documents, the direct loops too), the next "
                   "two on the same queries with N(0, 20) scores (alpha times the score range "
                   "of the long ones about 1,000: the windowed loops), then ApproxAP's exact "
                   "Hessian on the generated data (the windowed loops: the direct ones lack its "

@@ -26,9 +26,10 @@ import pytest
 import approx_gbdt
 from approx_gbdt import _kernels as K
 from approx_gbdt import _reference as R
+from approx_gbdt._pairs import need_exact_parts
 from approx_gbdt._small import _SPREAD
 from approx_gbdt.hosts import doc_weights
-from approx_gbdt.objectives import ApproxAP, ApproxNDCG
+from approx_gbdt.objectives import HESSIANS, ApproxAP, ApproxNDCG
 
 MODES = ["exact", "bound", "abs", "mixed", "constant"]
 ET = math.exp(-K._T)
@@ -238,8 +239,10 @@ def test_all_tiers_in_one_call(mode, loops):
         _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, w=w)
         _compare(ApproxAP(hessian=mode), s, r, ptr, mode, w=w)
     _short_blocks_were(blocks, loops)
-    variant = "exact" if mode in ("exact", "mixed") else "bound"
+    variant = "exact" if need_exact_parts(HESSIANS[mode]) else "bound"
     assert {f"_long_block_{variant}", f"_long_block_ap_{variant}"} <= blocks
+    if numba.get_num_threads() > 1:
+        assert {f"_split_block_{variant}", f"_split_block_ap_{variant}"} <= blocks
 
 
 @pytest.mark.parametrize("spread", [0.0, 1.0, 10.0, 300.0, 1e4])
@@ -348,21 +351,37 @@ def test_direct_loops_with_the_long_tiers_in_one_call():
     assert {"_small_block_ap", "_long_block_ap_bound"} <= blocks
 
 
+_SPLIT_BLOCKS = ("_split_block_exact", "_split_block_bound", "_split_block_ap_exact",
+                 "_split_block_ap_bound")  # the row split's blocks, which _schedule calls itself
+
+
 @contextlib.contextmanager
 def _blocks_run():
     """The names of the compiled blocks that ``_kernels`` runs inside the ``with`` block."""
     names = set()
     run = K._on_threads
+    split = {name: getattr(K, name) for name in _SPLIT_BLOCKS}
 
     def recording(block, *args):
         names.add(block.py_func.__name__)
         return run(block, *args)
 
+    def split_recording(name):
+        def call(*args):
+            names.add(name)
+            return split[name](*args)
+
+        return call
+
     K._on_threads = recording
+    for name in split:
+        setattr(K, name, split_recording(name))
     try:
         yield names
     finally:
         K._on_threads = run
+        for name, block in split.items():
+            setattr(K, name, block)
 
 
 @contextlib.contextmanager
@@ -450,8 +469,7 @@ def test_long_queries_one_per_thread_equal_reference(mode, monkeypatch):
 
     nt = get_num_threads()
     calls = []
-    for name in ("_split_block_exact", "_split_block_bound", "_split_block_ap_exact",
-                 "_split_block_ap_bound"):  # a query's rows split across threads
+    for name in _SPLIT_BLOCKS:
         block = getattr(K, name)
 
         def spy(*a, block=block):
@@ -573,11 +591,13 @@ def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, m
     assert _in_fresh_process(code, tmp_path) == compiled
 
 
-def test_long_queries_below_the_row_split_compile_no_parallel_loops(tmp_path):
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread: no row split")
+def test_long_queries_compile_the_row_split_only_when_they_need_it(tmp_path):
     # a fresh process with an empty cache, both measures' default objectives on queries of the
     # grid's tier (one query per thread): the blocks of their Hessian modes only (ApproxAP's
     # "bound" compiles no off-diagonal part of the exact diagonal), and not the row split's
-    # block and parallel loops
+    # block and parallel loops; then ApproxNDCG on a query whose rows are split: the split
+    # block and parallel chain loop of its mode only
     code = textwrap.dedent("""
         import json
         import numpy as np
@@ -593,10 +613,17 @@ def test_long_queries_below_the_row_split_compile_no_parallel_loops(tmp_path):
               _kernels._long_block_bound, _kernels._long_block_ap_exact,
               _kernels._split_block_exact, _kernels._split_block_ap_bound,
               _grid.grid_positions_par, _grid.grid_chain_par, _pairs._par_positions,
-              _pairs._par_chain, _pairs._par_bound, _measure_terms.ap_offdiag)
-        print(json.dumps([len(f.signatures) for f in fs]))
+              _pairs._par_chain_exact, _pairs._par_chain_bound, _pairs._par_bound,
+              _measure_terms.ap_offdiag)
+        below = [len(f.signatures) for f in fs]
+        ptr = np.array([0, 10_000])
+        approx_gbdt.approx_ndcg_obj.grad_hess(rng.normal(size=10_000),
+                                              rng.integers(0, 3, 10_000).astype(float), ptr)
+        fs = (_kernels._split_block_exact, _kernels._split_block_bound,
+              _pairs._par_chain_exact, _pairs._par_chain_bound)
+        print(json.dumps([below, [len(f.signatures) for f in fs]]))
     """)
-    assert _in_fresh_process(code, tmp_path) == [1, 1] + [0] * 10
+    assert _in_fresh_process(code, tmp_path) == [[1, 1] + [0] * 11, [1, 0, 1, 0]]
 
 
 @pytest.mark.parametrize("span", [60.0, 400.0])
