@@ -126,9 +126,6 @@ def make_work(n):
     return {"order": np.full(n, -1, dtype=np.int32)}
 
 
-_need_exact = njit(inline="always", cache=True)(need_exact_parts)
-
-
 @njit(inline="always", cache=True)
 def _need_bound(mode):
     return mode == HESS_BOUND or mode == HESS_MIXED
@@ -190,7 +187,8 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt
 def _query(job, big, need_exact, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor,
            constant, normalize, grad, hess, pos, order, W, nt, gp, gt):
     """One query of a separable measure (or only its positions), every step; ``big`` splits
-    the pair loops across ``nt`` threads."""
+    the pair loops across ``nt`` threads; ``need_exact`` is the block's constant (whether
+    ``mode`` needs the exact diagonal's sums)."""
     n = s.shape[0]
     grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
     if job == JOB_POSITIONS:
@@ -208,7 +206,8 @@ def _query(job, big, need_exact, s, gains, iz, wts, alpha, kind, k, beta, theta,
 @njit(inline="always", cache=True)
 def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, floor, constant,
               normalize, grad, hess, order, W, A, Hc, nt, gp, gt):
-    """One query of ApproxAP, every step. Returns the query's value for ``JOB_VALUE``."""
+    """One query of ApproxAP, every step (``big`` and ``need_exact`` as in :func:`_query`).
+    Returns the query's value for ``JOB_VALUE``."""
     n = s.shape[0]
     grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
     # the relevant documents and their windows first, then their sums by the grid where
@@ -608,10 +607,12 @@ _split_block_bound = _make_long_block(True, False)
 
 
 @njit(inline="always", cache=True)
-def _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi):
-    """ApproxAP's work space for the queries ``q0..q1-1`` of ``lo`` to ``hi - 1`` documents."""
+def _ap_space(job, exact, group_ptr, rel_ptr, q0, q1, lo, hi):
+    """ApproxAP's work space for the queries ``q0..q1-1`` of ``lo`` to ``hi - 1`` documents
+    (the cache ``Hc`` of the exact diagonal's off-diagonal part only for gradients of a block
+    whose Hessian mode needs the exact sums, ``exact``)."""
     maxn, maxr = _largest(group_ptr, rel_ptr, q0, q1, lo, hi)
-    hmax = min(maxr, _H_CACHE_MAX) if (job == JOB_GRAD and _need_exact(mode)) else 0
+    hmax = min(maxr, _H_CACHE_MAX) if (job == JOB_GRAD and exact) else 0
     return pair_work(maxn), ap_work(maxn), np.empty((hmax, hmax))
 
 
@@ -620,7 +621,7 @@ def _make_short_block_ap(exact):
 
     def short_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                        mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
-        W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
+        W, A, Hc = _ap_space(job, exact, group_ptr, rel_ptr, q0, q1, lo, hi)
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a < 0:
@@ -652,7 +653,7 @@ def _make_long_block_ap(big, exact):
     def long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                       mode, floor, constant, normalize, grad, hess, out, order, lo, hi, nt, gp,
                       gt):
-        W, A, Hc = _ap_space(job, mode, group_ptr, rel_ptr, q0, q1, lo, hi)
+        W, A, Hc = _ap_space(job, exact, group_ptr, rel_ptr, q0, q1, lo, hi)
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a >= 0:
