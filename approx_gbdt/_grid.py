@@ -13,7 +13,10 @@ with per-document weights ``c`` (1, ``v``, ``e``, and class indicators for the b
 
 (the self terms j = k removed; the grid removes its own interpolated value of each, so that
 their interpolation error cancels: it matters where a document has no near neighbours and the
-true sums are far smaller than the self term).
+true sums are far smaller than the self term). That value, ``L(t)^T K L(t)`` for a document
+at local coordinate ``t`` of its box, is a polynomial of degree ``2 _P - 2`` in ``t``: its
+Chebyshev coefficients are made once with the tables, and each document's value costs a
+short recurrence instead of a ``_P x _P`` quadratic form.
 
 Method (as FIt-SNE does for its kernels, with direct box-to-box products instead of an FFT,
 since the window keeps every box's partners within ``2 D + 1`` boxes). The axis ``u = -x`` is
@@ -83,6 +86,7 @@ _H = 1.0
 _P = 8
 assert _P % 4 == 0  # ``_rows4`` takes four rows at a time
 _D = int(math.ceil(_T / _H))
+_Q = 2 * _P - 1  # coefficients of a self term ``L(t)^T K L(t)``, a polynomial of degree 2 _P - 2
 _CMAX = 8
 _EPS_K = (6.8e-9, 2.2e-8, 6.2e-8, 4.4e-8)  # sig, w, sig'', w^2 (see above)
 GRID_MIN_N = 512  # shorter queries always take the exact windowed path (cheaper below ~600)
@@ -239,7 +243,7 @@ def _matvec_add(K, w, out):
 
 @njit(inline="always", cache=True)
 def _quad(L, K):
-    """``L^T K L``: the grid's own value of a document's self term (removed exactly)."""
+    """``L^T K L``: the grid's own value of a document's self term."""
     acc = 0.0
     for m in range(0, _P, 4):
         r0, r1, r2, r3 = _rows4(K, L, m)
@@ -248,6 +252,43 @@ def _quad(L, K):
         acc += L[m + 2] * r2
         acc += L[m + 3] * r3
     return acc
+
+
+@njit(cache=True, **_STEP)
+def _self_coefs(z, lam, tab):
+    """Chebyshev coefficients (on ``tau = 2 t - 1``) of the grid's own value of a document's
+    self term, ``q_k(t) = L(t)^T K_k L(t)`` with ``K_k = tab[k, D]``, for the four kernels:
+    a polynomial of degree ``2 _P - 2`` in the local coordinate ``t``, so that its values at
+    ``_Q`` Chebyshev points give it exactly (up to rounding)."""
+    c = np.zeros((4, _Q))
+    L = np.empty(_P)
+    vals = np.empty(_Q)
+    for k in range(4):
+        for i in range(_Q):
+            tau = math.cos((2 * i + 1) * math.pi / (2 * _Q))
+            _lagrange(0.5 * (1.0 + tau), z, lam, L)
+            vals[i] = _quad(L, tab[k, _D])
+        for j in range(_Q):
+            acc = 0.0
+            for i in range(_Q):
+                acc += vals[i] * math.cos(j * (2 * i + 1) * math.pi / (2 * _Q))
+            c[k, j] = acc * ((1.0 if j == 0 else 2.0) / _Q)
+    return c
+
+
+@njit(cache=True, **_STEP)
+def _self_terms(t, c, out):
+    """``out[r] = q(t[r])`` for the self-term coefficients ``c`` (Clenshaw's recurrence; one
+    document per vector lane)."""
+    for r in range(t.shape[0]):
+        tau = 2.0 * t[r] - 1.0
+        b1 = 0.0
+        b2 = 0.0
+        for j in range(_Q - 1, 0, -1):
+            b0 = c[j] + 2.0 * tau * b1 - b2
+            b2 = b1
+            b1 = b0
+        out[r] = c[0] + tau * b1 - b2
 
 
 @njit(inline="always", cache=True)
@@ -260,18 +301,19 @@ def _dot(a, b):
 
 @njit(cache=True, **_ENTRY)
 def grid_tables():
-    """``(z, lam, tab)``: the Chebyshev nodes with their barycentric weights and the kernel
-    tables, constants of the grid that the kernels compute once per process and pass to
-    every call (``grid_positions_*``, ``grid_chain_*``)."""
+    """``(z, lam, tab, sc)``: the Chebyshev nodes with their barycentric weights, the kernel
+    tables and the self terms' coefficients, constants of the grid that the kernels compute
+    once per process and pass to every call (``grid_positions_*``, ``grid_chain_*``)."""
     z, lam = _nodes()
-    return z, lam, _tables(z)
+    tab = _tables(z)
+    return z, lam, tab, _self_coefs(z, lam, tab)
 
 
 @njit(cache=True, **_STEP)
 def _setup(x, gt):
     """Nodes, kernel tables (``gt``, from :func:`grid_tables`) and boxes of one sorted query."""
     n = x.shape[0]
-    z, lam, tab = gt
+    z, lam, tab, sc = gt
     t = np.empty(n)
     slot = np.empty(n, dtype=np.int64)
     bid = np.empty(n)
@@ -279,7 +321,7 @@ def _setup(x, gt):
     nlo = np.empty(n, dtype=np.int64)
     nhi = np.empty(n, dtype=np.int64)
     nb = _boxes(x, t, slot, bid, bstart, nlo, nhi)
-    return z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb
+    return z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb
 
 
 @njit(cache=True, **_STEP)
@@ -293,7 +335,7 @@ def _pos_sources(b0, b1, t, bstart, z, lam, src, lag):
 
 
 @njit(cache=True, **_STEP)
-def _pos_boxes(b0, b1, bid, bstart, nlo, nhi, tab, src, lag, pos):
+def _pos_boxes(b0, b1, bid, bstart, nlo, nhi, tab, src, lag, own, pos):
     phi = np.empty(_P)
     for b in range(b0, b1):
         for m in range(_P):
@@ -303,33 +345,37 @@ def _pos_boxes(b0, b1, bid, bstart, nlo, nhi, tab, src, lag, pos):
         base = 1.0 + bstart[nlo[b]]
         for r in range(bstart[b], bstart[b + 1]):
             L = lag[r]
-            pos[r] = base + _dot(L, phi) - _quad(L, tab[0, _D])
+            pos[r] = base + _dot(L, phi) - own[r]
 
 
 @njit(cache=True, **_ENTRY)
 def grid_positions_seq(x, pos, gt):
     """Smoothed positions of one sorted query (``x`` non-increasing) by the grid (``gt`` from
     :func:`grid_tables`)."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
     lag = np.empty((x.shape[0], _P))
+    own = np.empty(x.shape[0])
+    _self_terms(t, sc[0], own)
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
     _pos_sources(b0, nb, t, bstart, z, lam, src, lag)
-    _pos_boxes(b0, nb, bid, bstart, nlo, nhi, tab, src, lag, pos)
+    _pos_boxes(b0, nb, bid, bstart, nlo, nhi, tab, src, lag, own, pos)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
 def grid_positions_par(x, pos, gt, nt):
     """:func:`grid_positions_seq` with the boxes split across ``nt`` threads."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
     lag = np.empty((x.shape[0], _P))
+    own = np.empty(x.shape[0])
+    _self_terms(t, sc[0], own)
     nch = min(nb, 4 * nt)
     for c in prange(nch):
         _pos_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, src, lag)
     for c in prange(nch):
         _pos_boxes(nb * c // nch, nb * (c + 1) // nch, bid, bstart, nlo, nhi, tab, src, lag,
-                   pos)
+                   own, pos)
 
 
 @njit(cache=True, **_ENTRY)
@@ -391,22 +437,23 @@ def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, vsep
     every ``v`` of the next; ``v`` in any order within a class, no class 0), and ``bnd`` is the
     bound's sum over the other classes only: ``sum_{c(j) != c(k)} w_kj |v_j - v_k|``, whose
     sign is known per class (the caller adds the sum within the class)."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))  # 1, v, e, then v 1_G and 1_G for G = 1..C
     lag = np.empty((x.shape[0], _P))
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
     _chain_sources(b0, nb, t, bstart, z, lam, v, ee, cls, C, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
+    own = _chain_own(t, sc)
     _chain_boxes(b0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, mem, mst,
-                 tab, slot, bid, bstart, nlo, nhi, src, lag)
+                 tab, slot, bid, bstart, nlo, nhi, src, lag, own)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
 def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, nt, vsep=False):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
-    z, lam, tab, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 3 + 2 * C, _P))
     lag = np.empty((x.shape[0], _P))
@@ -415,9 +462,20 @@ def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, nt, 
         _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, cls, C,
                        src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
+    own = _chain_own(t, sc)
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, g, bnd, aa, ab, aw, cls, C,
-                     need_bound, vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag)
+                     need_bound, vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag,
+                     own)
+
+
+@njit(cache=True, **_STEP)
+def _chain_own(t, sc):
+    """The grid's own values of every document's self terms of ``w`` and ``w^2``."""
+    own = np.empty((2, t.shape[0]))
+    _self_terms(t, sc[1], own[0])
+    _self_terms(t, sc[3], own[1])
+    return own
 
 
 @njit(cache=True, **_STEP)
@@ -455,9 +513,10 @@ def _first_not_below(mem, a, b, v, vk):
 
 @njit(cache=True, **_STEP)
 def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, mem, mst,
-                 tab, slot, bid, bstart, nlo, nhi, src, lag):
+                 tab, slot, bid, bstart, nlo, nhi, src, lag, own):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
-    (``lag``: the Lagrange values of every document, from :func:`_chain_sources`)."""
+    (``lag``: the Lagrange values of every document, from :func:`_chain_sources`; ``own``:
+    the self terms of ``w`` and ``w^2``, from :func:`_chain_own`)."""
     Lj = np.empty(_P)
     tmp = np.empty(_P)
     pw1 = np.empty(_P)
@@ -507,9 +566,9 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, me
             vr = v[r]
             a1 = _dot(L, pw1)
             g[r] = _dot(L, pwv) - vr * a1
-            aw[r] = a1 - _quad(L, tab[1, _D])
+            aw[r] = a1 - own[0, r]
             aa[r] = _dot(L, pdv) - vr * _dot(L, pd1)
-            ab[r] = _dot(L, pqe) - ee[r] * _quad(L, tab[3, _D])
+            ab[r] = _dot(L, pqe) - ee[r] * own[1, r]
             if not need_bound:
                 continue
             ck = cls[r]
