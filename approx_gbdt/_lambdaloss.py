@@ -35,7 +35,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import _FM, _STEP, _segment, _windows, argsort_desc, query_weights
+from approx_gbdt._pairs import _FM, _STEP, _segment, _windows, query_weights, sort_desc_by_index
 from approx_gbdt._reference import finish_query, trivial_query
 
 MU = 10.0  # weight of the rank-distance term
@@ -69,9 +69,10 @@ def _pair_seg(j0, j1, t, f, gt, it, iz, mu_iz, gs, ind, dd, ex, g, h):
 @njit(cache=True, **_STEP)
 def _query(s, gains, inv_z, mu, window, ind, dd, order, x, ex, jend, bend, gs, g, h):
     """One query's NDCG-Loss2++ gradient and Hessian in sorted order (``g``, ``h``); ``order``
-    receives the sort (descending ``s``, ties by index)."""
+    holds the last call's sort of the query and receives this one's (descending ``s``, ties
+    by index)."""
     n = s.shape[0]
-    argsort_desc(s, order)  # ties by document index
+    sort_desc_by_index(s, order)
     top = s[order[0]]
     for t in range(n):
         x[t] = s[order[t]] - top
@@ -106,12 +107,15 @@ def _query(s, gains, inv_z, mu, window, ind, dd, order, x, ex, jend, bend, gs, g
 
 @njit(parallel=True, cache=True)
 def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, window, normalize, grad,
-                         hess):
+                         hess, order):
     """NDCG-Loss2++ gradient and Hessian diagonal into ``grad`` and ``hess`` (module
     docstring), over every pair (``window == 0``) or over the pairs with a document among the
     first ``window`` positions or at most ``window`` positions apart (O(window n) per query);
     ``gains``, ``inv_z`` (0 for a query without a relevant document) and ``weights`` (per
-    document, or empty) as the approx kernels take them."""
+    document, or empty) as the approx kernels take them. ``order`` (int32, one per document,
+    ``-1`` at first) keeps each query's sort order between calls: boosting moves the scores a
+    little per round, and re-sorting from the last order costs O(n) where sorting afresh costs
+    O(n log n) unpredictable branches."""
     nq = group_ptr.shape[0] - 1
     m = 2
     for q in range(nq):
@@ -134,7 +138,6 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, window, normal
         big = 0
         for q in range(q0, q1):
             big = max(big, group_ptr[q + 1] - group_ptr[q])
-        order = np.empty(big, dtype=np.int32)
         ints = np.empty((2, big + 1), dtype=np.int64)
         work = np.empty((5, big))
         for q in range(q0, q1):
@@ -143,10 +146,11 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, window, normal
             n = b - a
             if trivial_query(inv_z[q], a, b, grad, hess):
                 continue
-            _query(s[a:b], gains[a:b], inv_z[q], mu, window, ind, dd, order[:n], work[0, :n],
+            o = order[a:b]
+            _query(s[a:b], gains[a:b], inv_z[q], mu, window, ind, dd, o, work[0, :n],
                    work[1, :n], ints[0, :n + 1], ints[1, :n + 1], work[2, :n], work[3, :n],
                    work[4, :n])
             for t in range(n):
-                grad[a + order[t]] = work[3, t]
-                hess[a + order[t]] = work[4, t]
+                grad[a + o[t]] = work[3, t]
+                hess[a + o[t]] = work[4, t]
             finish_query(grad[a:b], hess[a:b], query_weights(weights, a, b), normalize)

@@ -148,9 +148,12 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
 
 
 
-@njit(cache=True, **_STEP)
-def _sort_desc(s, order):
-    """Sort ``order`` (in-query indices) by descending ``s``; adaptive, from the last order."""
+@njit(inline="always", cache=True)
+def _resort_desc(s, order, by_index):
+    """Sort ``order`` (in-query indices) by descending ``s`` from the last call's order:
+    insertion sort, O(n + moves), or :func:`argsort_desc` when the order is unset
+    (``order[0] < 0``: the identity first) or far from sorted. Ties keep their last order,
+    or, with the constant ``by_index``, go in index order."""
     n = s.shape[0]
     if n == 0:
         return
@@ -164,8 +167,12 @@ def _sort_desc(s, order):
         oi = order[i]
         key = s[oi]
         j = i
-        while j > 0 and s[order[j - 1]] < key:
-            order[j] = order[j - 1]
+        while j > 0:
+            p = order[j - 1]
+            sp = s[p]
+            if not (sp < key or (by_index and sp == key and p > oi)):
+                break
+            order[j] = p
             j -= 1
         moves += i - j
         order[j] = oi
@@ -174,6 +181,20 @@ def _sort_desc(s, order):
             break
     if not ok:
         argsort_desc(s, order)
+
+
+@njit(cache=True, **_STEP)
+def _sort_desc(s, order):
+    """Sort ``order`` (in-query indices) by descending ``s``; adaptive, from the last order
+    (ties keep it)."""
+    _resort_desc(s, order, False)
+
+
+@njit(cache=True, **_STEP)
+def sort_desc_by_index(s, order):
+    """Sort ``order`` (in-query indices) by descending ``s``, ties in index order (the order
+    of :func:`argsort_desc`); adaptive, from the last order."""
+    _resort_desc(s, order, True)
 
 
 @njit(cache=True, **_STEP)

@@ -771,9 +771,12 @@ class ApproxNDCG(_ApproxObjective):
             a = prep.arrays
             # a window beyond any query's length counts every pair (and fits in int64)
             window = min(self._window, prep.labels.shape[0])
+            order = prep.work.get("lambdaloss_order")
+            if order is None:
+                order = prep.work["lambdaloss_order"] = np.full(s.shape[0], -1, np.int32)
             with K.threads_capped(n_threads):
                 LL.lambdaloss_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, weights,
-                                        LL.MU, window, self.normalize, g2, h2)
+                                        LL.MU, window, self.normalize, g2, h2, order)
             grad = (1.0 - w) * grad + w * g2
             hess = (1.0 - w) * hess + w * h2
         return grad, hess

@@ -103,7 +103,7 @@ class LambdaLoss2pp(_PairObjective):
         a = ApproxNDCG()._prepare(y, ptr, cache=False).arrays
         grad, hess = np.empty_like(s), np.empty_like(s)
         lambdaloss_grad_hess(s, a["gains"], a["inv_z"], ptr, np.empty(0), self.mu, 0,
-                             self.normalize, grad, hess)
+                             self.normalize, grad, hess, np.full(s.shape[0], -1, np.int32))
         return grad, hess
 
 

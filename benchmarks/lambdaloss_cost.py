@@ -2,7 +2,9 @@
 
 100,000 documents (``--total``) split into queries of 10 to 10,000 documents (``--lengths``),
 N(0, 1) scores, labels 0-4, one thread (the host's ``num_threads=1``), best of ``--repeats``
-calls after a warm-up call; ``ApproxNDCG()``, ``ApproxNDCG(lambdaloss=0.5)`` (every pair) and
+calls after a warm-up call, the scores drifting by ``--drift`` times N(0, 1) per document
+before each call (as a boosting round moves them; every objective re-sorts each query from
+its last call's order); ``ApproxNDCG()``, ``ApproxNDCG(lambdaloss=0.5)`` (every pair) and
 ``lambdaloss_window=30``.
 
 Usage::
@@ -31,12 +33,14 @@ OBJECTIVES = {
 }
 
 
-def seconds(obj, s, y, ptr, repeats):
+def seconds(obj, s, y, ptr, repeats, drift):
     prep = obj._prepare(y, ptr, cache=False)
     no_weights = np.empty(0)
     obj._grad_hess(s, prep, no_weights, None, 1)  # compile / warm up
+    rng = np.random.default_rng(1)  # the same drifts for every objective
     best = np.inf
     for _ in range(repeats):
+        s = s + drift * rng.normal(size=s.shape[0])
         t0 = time.perf_counter()
         obj._grad_hess(s, prep, no_weights, None, 1)
         best = min(best, time.perf_counter() - t0)
@@ -45,7 +49,9 @@ def seconds(obj, s, y, ptr, repeats):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--drift", type=float, default=0.01,
+                        help="score change per call, times N(0, 1) (0.01)")
     parser.add_argument("--total", type=int, default=100_000, help="documents (100,000)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[10, 100, 1000, 10000],
                         help="documents per query (10 100 1000 10000)")
@@ -58,7 +64,7 @@ def main(argv=None):
         ptr = np.arange(total // n + 1, dtype=np.int64) * n
         s = rng.normal(size=ptr[-1])
         y = rng.integers(0, 5, ptr[-1]).astype(np.float64)
-        times = [seconds(o, s, y, ptr, args.repeats) for o in OBJECTIVES.values()]
+        times = [seconds(o, s, y, ptr, args.repeats, args.drift) for o in OBJECTIVES.values()]
         rows.append([f"{n:,}", f"{total // n:,}"] + [
             f"{t * 1e3:.1f} ms" + ("" if i == 0 else f" ({t / times[0]:.1f}x)")
             for i, t in enumerate(times)])

@@ -312,6 +312,26 @@ def test_lambdaloss_mixes_the_two_parts(opts):
                                   ApproxNDCG(**opts).value(s, y, ptr))
 
 
+
+def test_lambdaloss_sorts_from_the_last_order_with_ties_by_index():
+    """The hosted objective keeps each query's sort between calls and re-sorts from it:
+    whatever the last scores (slightly different, reversed, tied), a call equals a fresh
+    objective's, whose ranks break ties by document index."""
+    s, y, ptr = queries(12)
+    ds = lgb.Dataset(np.zeros((s.size, 1)), y, group=np.diff(ptr)).construct()
+    obj = ApproxNDCG(lambdaloss=1.0)
+    drift = 1e-3 * np.random.default_rng(3).normal(size=s.size)
+    # s, then ties that s's order breaks otherwise than the index, then drift, reversal, all
+    # equal, and back
+    for scores in (s, np.round(s), s + drift, -s, np.zeros_like(s), np.round(s, 1), s):
+        g, h = obj(scores, ds)
+        g_ref, h_ref = ApproxNDCG(lambdaloss=1.0).grad_hess(scores, y, ptr)
+        np.testing.assert_array_equal(g, g_ref)
+        np.testing.assert_array_equal(h, h_ref)
+    g, _ = obj(np.round(s), ds)
+    g_ref, _ = pair_logistic_reference(np.round(s), y, ptr, lambdaloss_weights)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-14)
+
 def test_lambdaloss_gives_zeros_without_pairs_and_keeps_its_settings():
     s = np.array([0.5, 1.0, 2.0, 3.0, 1.0, 1.0])
     y = np.array([3.0, 0.0, 0.0, 0.0, 2.0, 2.0])  # one document; none relevant; one grade
