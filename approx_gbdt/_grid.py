@@ -108,18 +108,23 @@ def _nodes():
 
 @njit(inline="always", cache=True)
 def _lagrange(t, z, lam, out):
-    """Values of the ``_P`` Lagrange polynomials of the nodes ``z`` at ``t`` (barycentric)."""
+    """Values of the ``_P`` Lagrange polynomials of the nodes ``z`` at ``t`` (barycentric).
+    The quotients are formed without a branch (a node's own divides by 1 instead of 0), so
+    that they vectorise; ``t`` on a node takes that node's value afterwards."""
     s = 0.0
+    at = -1
     for i in range(_P):
         d = t - z[i]
         if d == 0.0:
-            for m in range(_P):
-                out[m] = 0.0
-            out[i] = 1.0
-            return
-        q = lam[i] / d
+            at = i
+        q = lam[i] / (d if d != 0.0 else 1.0)
         out[i] = q
         s += q
+    if at >= 0:
+        for m in range(_P):
+            out[m] = 0.0
+        out[at] = 1.0
+        return
     f = 1.0 / s
     for i in range(_P):
         out[i] *= f
@@ -324,7 +329,7 @@ def _setup(x, gt):
     return z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb
 
 
-@njit(cache=True, **_STEP)
+@njit(error_model="numpy", cache=True, **_STEP)
 def _pos_sources(b0, b1, t, bstart, z, lam, src, lag):
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
@@ -406,7 +411,7 @@ def gain_classes(gains, order, n, cls):
     return nc
 
 
-@njit(cache=True, **_STEP)
+@njit(error_model="numpy", cache=True, **_STEP)
 def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src, lag):
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
