@@ -15,8 +15,8 @@ with per-document weights ``c`` (1, ``v``, ``e``, and class indicators for the b
 their interpolation error cancels: it matters where a document has no near neighbours and the
 true sums are far smaller than the self term). That value, ``L(t)^T K L(t)`` for a document
 at local coordinate ``t`` of its box, is a polynomial of degree ``2 _P - 2`` in ``t``: its
-Chebyshev coefficients are made once with the tables, and each document's value costs a
-short recurrence instead of a ``_P x _P`` quadratic form.
+Chebyshev coefficients are made once with the tables, and each document's value is a
+``_Q``-term Clenshaw recurrence, for all documents in one vectorised loop.
 
 Method (as FIt-SNE does for its kernels, with direct box-to-box products instead of an FFT,
 since the window keeps every box's partners within ``2 D + 1`` boxes). The axis ``u = -x`` is

@@ -69,8 +69,8 @@ def _pair_seg(j0, j1, t, f, gt, it, iz, mu_iz, gs, ind, dd, ex, g, h):
 @njit(cache=True, **_STEP)
 def _query(s, gains, inv_z, mu, window, ind, dd, order, x, ex, jend, bend, gs, g, h):
     """One query's NDCG-Loss2++ gradient and Hessian in sorted order (``g``, ``h``); ``order``
-    holds the last call's sort of the query and receives this one's (descending ``s``, ties
-    by index)."""
+    holds the last call's sort of the query (``-1`` at first) and receives this one's
+    (descending ``s``, ties by index)."""
     n = s.shape[0]
     sort_desc_by_index(s, order)
     top = s[order[0]]
@@ -114,8 +114,9 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, window, normal
     ``gains``, ``inv_z`` (0 for a query without a relevant document) and ``weights`` (per
     document, or empty) as the approx kernels take them. ``order`` (int32, one per document,
     ``-1`` at first) keeps each query's sort order between calls: boosting moves the scores a
-    little per round, and re-sorting from the last order costs O(n) where sorting afresh costs
-    O(n log n) unpredictable branches."""
+    little per round, and re-sorting from the last order costs O(n + moves) (the merge sort
+    where the order is far off) where sorting afresh costs O(n log n) unpredictable
+    branches."""
     nq = group_ptr.shape[0] - 1
     m = 2
     for q in range(nq):

@@ -150,10 +150,10 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
 
 @njit(inline="always", cache=True)
 def _resort_desc(s, order, by_index):
-    """Sort ``order`` (in-query indices) by descending ``s`` from the last call's order:
-    insertion sort, O(n + moves), or :func:`argsort_desc` when the order is unset
-    (``order[0] < 0``: the identity first) or far from sorted. Ties keep their last order,
-    or, with the constant ``by_index``, go in index order."""
+    """Sort ``order`` (in-query indices) by descending ``s`` from the last call's order (an
+    unset order, ``order[0] < 0``, starts from the identity): insertion sort, O(n + moves),
+    and the merge sort :func:`argsort_desc` beyond ``8 n + 64`` moves. Ties keep their last
+    order, or, with the constant ``by_index``, go in index order."""
     n = s.shape[0]
     if n == 0:
         return
@@ -193,7 +193,7 @@ def _sort_desc(s, order):
 @njit(cache=True, **_STEP)
 def sort_desc_by_index(s, order):
     """Sort ``order`` (in-query indices) by descending ``s``, ties in index order (the order
-    of :func:`argsort_desc`); adaptive, from the last order."""
+    of :func:`argsort_desc` for finite ``s``); adaptive, from the last order."""
     _resort_desc(s, order, True)
 
 

@@ -69,7 +69,8 @@ def clear_cache():
 
     Each objective instance keeps the constants of the last 16 datasets it trained on (query
     boundaries, gains, normalisers, work arrays and the labels: about 11-12 MB per million
-    documents besides the labels, measured for ApproxNDCG and ApproxAP) so that the next
+    documents besides the labels, measured for ApproxNDCG and ApproxAP, and 4 MB more for
+    ``ApproxNDCG(lambdaloss=...)``'s sort order) so that the next
     boosting round reuses them. The ready-made objectives
     (``approx_ndcg_obj``, ...) live as long as the process, and so do their datasets; call
     this after training to give the memory back. Training afterwards works as before (the

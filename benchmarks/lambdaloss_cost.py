@@ -3,9 +3,10 @@
 100,000 documents (``--total``) split into queries of 10 to 10,000 documents (``--lengths``),
 N(0, 1) scores, labels 0-4, one thread (the host's ``num_threads=1``), best of ``--repeats``
 calls after a warm-up call, the scores drifting by ``--drift`` times N(0, 1) per document
-before each call (as a boosting round moves them; every objective re-sorts each query from
-its last call's order); ``ApproxNDCG()``, ``ApproxNDCG(lambdaloss=0.5)`` (every pair) and
-``lambdaloss_window=30``.
+before each call, as a boosting round moves them (the lambdaloss part re-sorts each query
+from its last call's order, as ApproxNDCG's windowed and long-list paths do; its direct loops
+for short lists do not sort); ``ApproxNDCG()``, ``ApproxNDCG(lambdaloss=0.5)`` (every pair)
+and ``lambdaloss_window=30``.
 
 Usage::
 

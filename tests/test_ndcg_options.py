@@ -312,7 +312,6 @@ def test_lambdaloss_mixes_the_two_parts(opts):
                                   ApproxNDCG(**opts).value(s, y, ptr))
 
 
-
 def test_lambdaloss_sorts_from_the_last_order_with_ties_by_index():
     """The hosted objective keeps each query's sort between calls and re-sorts from it:
     whatever the last scores (slightly different, reversed, tied), a call equals a fresh
@@ -331,6 +330,7 @@ def test_lambdaloss_sorts_from_the_last_order_with_ties_by_index():
     g, _ = obj(np.round(s), ds)
     g_ref, _ = pair_logistic_reference(np.round(s), y, ptr, lambdaloss_weights)
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-14)
+
 
 def test_lambdaloss_gives_zeros_without_pairs_and_keeps_its_settings():
     s = np.array([0.5, 1.0, 2.0, 3.0, 1.0, 1.0])
