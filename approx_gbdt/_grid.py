@@ -88,6 +88,7 @@ assert _P % 4 == 0  # ``_rows4`` takes four rows at a time
 _D = int(math.ceil(_T / _H))
 _Q = 2 * _P - 1  # coefficients of a self term ``L(t)^T K L(t)``, a polynomial of degree 2 _P - 2
 _CMAX = 8
+_LEAF = {"forceinline": True, "fastmath": False, "error_model": "python", **_STEP}
 _EPS_K = (6.8e-9, 2.2e-8, 6.2e-8, 4.4e-8)  # sig, w, sig'', w^2 (see above)
 GRID_MIN_N = 512  # shorter queries always take the exact windowed path (cheaper below ~600)
 _GRID_PER_DOC = 190  # cost model of ``use_grid``, in window pairs
@@ -225,8 +226,11 @@ def _boxes(x, t, slot, bid, bstart, nlo, nhi):
 # The 8-long products below are written many times in ``_chain_boxes`` and ``_pos_boxes``. They
 # are compiled once and inlined by LLVM (``forceinline``), not by Numba (``inline="always"``),
 # which types a function again at every place it is written: the same machine code, and
-# ``_chain_boxes`` compiles in 2.5 s instead of 6.3 s (a first call on long queries).
-@njit(forceinline=True, cache=True, **_STEP)
+# ``_chain_boxes`` compiles in 2.5 s instead of 6.3 s (a first call on long queries). Their
+# flags are set (``_LEAF``): a function that Numba compiles for a compiled caller takes the
+# caller's fast-math and error model where its own are not set, so the first caller would
+# decide them for all.
+@njit(cache=True, **_LEAF)
 def _rows4(K, w, m):
     """Rows ``m..m+3`` of ``K @ w``: four independent sums, each over ``i`` in order (so that
     they overlap in the CPU instead of waiting on one another)."""
@@ -240,7 +244,7 @@ def _rows4(K, w, m):
     return a0, a1, a2, a3
 
 
-@njit(forceinline=True, cache=True, **_STEP)
+@njit(cache=True, **_LEAF)
 def _matvec_add(K, w, out):
     for m in range(0, _P, 4):
         a0, a1, a2, a3 = _rows4(K, w, m)
@@ -250,7 +254,7 @@ def _matvec_add(K, w, out):
         out[m + 3] += a3
 
 
-@njit(forceinline=True, cache=True, **_STEP)
+@njit(cache=True, **_LEAF)
 def _quad(L, K):
     """``L^T K L``: the grid's own value of a document's self term."""
     acc = 0.0
@@ -300,7 +304,7 @@ def _self_terms(t, c, out):
         out[r] = c[0] + tau * b1 - b2
 
 
-@njit(forceinline=True, cache=True, **_STEP)
+@njit(cache=True, **_LEAF)
 def _dot(a, b):
     acc = 0.0
     for i in range(_P):
@@ -652,7 +656,7 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, me
             bnd[r] = tot if vsep else tot + abs(vr) * rest
 
 
-@njit(forceinline=True, cache=True, **_STEP)
+@njit(cache=True, **_LEAF)
 def _reset_prefix(pv, p1):
     for m in range(_P):
         pv[m] = 0.0
