@@ -223,13 +223,14 @@ def _boxes(x, t, slot, bid, bstart, nlo, nhi):
     return nb
 
 
-# The 8-long products below are written many times in ``_chain_boxes`` and ``_pos_boxes``. They
-# are compiled once and inlined by LLVM (``forceinline``), not by Numba (``inline="always"``),
-# which types a function again at every place it is written: the same machine code, and
-# ``_chain_boxes`` compiles in 2.5 s instead of 6.3 s (a first call on long queries). Their
-# flags are set (``_LEAF``): a function that Numba compiles for a compiled caller takes the
-# caller's fast-math and error model where its own are not set, so the first caller would
-# decide them for all.
+# Small helpers over the ``_P`` nodes (used many times in ``_chain_boxes``, and in
+# ``_pos_boxes`` and ``_self_coefs``) are compiled once and inlined by LLVM (``forceinline``),
+# not by Numba (``inline="always"``), which types a function again at every place it is
+# written: LLVM's inlining gives the same machine code, and ``_chain_boxes`` with its callees
+# compiles in 2.5 s against 6.3 s (a first call on long queries). Their flags are set
+# (``_LEAF``): a function that Numba compiles for a compiled caller takes the caller's
+# fast-math and error model where its own are not set, so the first caller would decide them
+# for all.
 @njit(cache=True, **_LEAF)
 def _rows4(K, w, m):
     """Rows ``m..m+3`` of ``K @ w``: four independent sums, each over ``i`` in order (so that
