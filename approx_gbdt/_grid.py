@@ -421,31 +421,42 @@ def gain_classes(gains, order, n, cls):
 
 
 @njit(error_model="numpy", cache=True, **_STEP)
-def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, cls, C, src, lag):
+def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src, lag):
+    """Lagrange values of the documents of boxes b0..b1-1 (into ``lag``) and their boxes'
+    node weights (into ``src``; rows as in :func:`grid_chain_seq`)."""
+    has_va = va.shape[0] > 0
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
             L = lag[r]
             _lagrange(t[r], z, lam, L)
             vr = v[r]
-            er = ee[r]
             for i in range(_P):
                 li = L[i]
                 src[b, 0, i] += li
                 src[b, 1, i] += li * vr
-                src[b, 2, i] += li * er
+            if need_exact:
+                er = ee[r]
+                for i in range(_P):
+                    src[b, 2, i] += L[i] * er
+            if has_va:
+                ar = va[r]
+                for i in range(_P):
+                    src[b, 3, i] += L[i] * ar
             c = cls[r] if C > 0 else 0
             if c > 0:
                 for i in range(_P):
-                    src[b, 1 + 2 * c, i] += L[i] * vr
-                    src[b, 2 + 2 * c, i] += L[i]
+                    src[b, 2 + 2 * c, i] += L[i] * vr
+                    src[b, 3 + 2 * c, i] += L[i]
 
 
 @njit(cache=True, **_ENTRY)
-def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, vsep=False):
-    """Chain-rule sums of one sorted query by the grid: ``g``, ``aa``, ``ab``, ``aw`` and, when
-    ``need_bound``, ``bnd`` by the class split (``cls`` from :func:`gain_classes`, ``ncls``
-    classes; the caller guarantees ``v`` non-decreasing within each class; ``gt`` from
-    :func:`grid_tables`).
+def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound, need_exact,
+                   gt, vsep):
+    """Chain-rule sums of one sorted query by the grid: ``g`` and ``aw``; when ``need_exact``,
+    ``aa`` and ``ab`` (else they are not written); for weights ``va`` (an empty array: none),
+    ``gva = F_va[w] - va_k F_1[w]``; and when ``need_bound``, ``bnd`` by the class split
+    (``cls`` from :func:`gain_classes`, ``ncls`` classes; the caller guarantees ``v``
+    non-decreasing within each class; ``gt`` from :func:`grid_tables`).
 
     With ``vsep`` the classes 1..ncls instead separate ``v`` (every ``v`` of a class is at most
     every ``v`` of the next; ``v`` in any order within a class, no class 0), and ``bnd`` is the
@@ -453,34 +464,35 @@ def grid_chain_seq(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, vsep
     sign is known per class (the caller adds the sum within the class)."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
-    src = np.zeros((nb, 3 + 2 * C, _P))  # 1, v, e, then v 1_G and 1_G for G = 1..C
+    src = np.zeros((nb, 4 + 2 * C, _P))  # 1, v, e, va, then v 1_G and 1_G for G = 1..C
     lag = np.empty((x.shape[0], _P))
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
-    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, cls, C, src, lag)
+    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     own = _chain_own(t, sc)
-    _chain_boxes(b0, nb, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, mem, mst,
-                 tab, slot, bid, bstart, nlo, nhi, src, lag, own)
+    _chain_boxes(b0, nb, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
+                 vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
-def grid_chain_par(x, v, ee, g, bnd, aa, ab, aw, cls, ncls, need_bound, gt, nt, vsep=False):
+def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound, need_exact,
+                   gt, nt, vsep):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
-    src = np.zeros((nb, 3 + 2 * C, _P))
+    src = np.zeros((nb, 4 + 2 * C, _P))
     lag = np.empty((x.shape[0], _P))
     nch = min(nb, 4 * nt)
     for c in prange(nch):
-        _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, cls, C,
-                       src, lag)
+        _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, va, cls,
+                       C, need_exact, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     own = _chain_own(t, sc)
     for c in prange(nch):
-        _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, g, bnd, aa, ab, aw, cls, C,
-                     need_bound, vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag,
-                     own)
+        _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, va, g, bnd, aa, ab, aw, gva,
+                     cls, C, need_bound, need_exact, vsep, mem, mst, tab, slot, bid, bstart,
+                     nlo, nhi, src, lag, own)
 
 
 @njit(cache=True, **_STEP)
@@ -526,8 +538,8 @@ def _first_not_below(mem, a, b, v, vk):
 
 
 @njit(cache=True, **_STEP)
-def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, mem, mst,
-                 tab, slot, bid, bstart, nlo, nhi, src, lag, own):
+def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
+                 vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
     (``lag``: the Lagrange values of every document, from :func:`_chain_sources`; ``own``:
     the self terms of ``w`` and ``w^2``, from :func:`_chain_own`)."""
@@ -538,6 +550,8 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, me
     pd1 = np.empty(_P)
     pdv = np.empty(_P)
     pqe = np.empty(_P)
+    pwa = np.empty(_P)
+    has_va = va.shape[0] > 0
     npart = 2 * _D + 2
     # psi[c, 0 / 1, i]: node values of the first i partner boxes for weights v 1_G / 1_G
     psi = np.zeros((C + 1, 2, npart, _P))
@@ -553,6 +567,7 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, me
             pd1[m] = 0.0
             pdv[m] = 0.0
             pqe[m] = 0.0
+            pwa[m] = 0.0
         lo = nlo[b]
         hi = nhi[b]
         for c in range(1, C + 1):
@@ -564,16 +579,19 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, me
             Kw = tab[1, di]
             _matvec_add(Kw, src[s, 0], pw1)
             _matvec_add(Kw, src[s, 1], pwv)
-            _matvec_add(tab[2, di], src[s, 0], pd1)
-            _matvec_add(tab[2, di], src[s, 1], pdv)
-            _matvec_add(tab[3, di], src[s, 2], pqe)
+            if need_exact:
+                _matvec_add(tab[2, di], src[s, 0], pd1)
+                _matvec_add(tab[2, di], src[s, 1], pdv)
+                _matvec_add(tab[3, di], src[s, 2], pqe)
+            if has_va:
+                _matvec_add(Kw, src[s, 3], pwa)
             i = s - lo
             for c in range(1, C + 1):
                 for m in range(_P):
                     psi[c, 0, i + 1, m] = psi[c, 0, i, m]
                     psi[c, 1, i + 1, m] = psi[c, 1, i, m]
-                _matvec_add(Kw, src[s, 1 + 2 * c], psi[c, 0, i + 1])
-                _matvec_add(Kw, src[s, 2 + 2 * c], psi[c, 1, i + 1])
+                _matvec_add(Kw, src[s, 2 + 2 * c], psi[c, 0, i + 1])
+                _matvec_add(Kw, src[s, 3 + 2 * c], psi[c, 1, i + 1])
         last = hi - lo
         for r in range(bstart[b], bstart[b + 1]):
             L = lag[r]
@@ -581,8 +599,11 @@ def _chain_boxes(b0, b1, v, ee, g, bnd, aa, ab, aw, cls, C, need_bound, vsep, me
             a1 = _dot(L, pw1)
             g[r] = _dot(L, pwv) - vr * a1
             aw[r] = a1 - own[0, r]
-            aa[r] = _dot(L, pdv) - vr * _dot(L, pd1)
-            ab[r] = _dot(L, pqe) - ee[r] * own[1, r]
+            if need_exact:
+                aa[r] = _dot(L, pdv) - vr * _dot(L, pd1)
+                ab[r] = _dot(L, pqe) - ee[r] * own[1, r]
+            if has_va:
+                gva[r] = _dot(L, pwa) - va[r] * a1
             if not need_bound:
                 continue
             ck = cls[r]

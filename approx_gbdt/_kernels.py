@@ -151,21 +151,26 @@ def _positions_step(big, s, order, alpha, W, nt, gp, gt):
 
 
 @njit(inline="always", cache=True)
-def _grid_chain(big, n, W, cls, ncls, need_bound, nt, gt):
+def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
+    # the exact diagonal's sums as a run-time flag (the block's constant would compile the
+    # grid once more); ``va``'s sums, when given, go to ``W.bnd`` (the bound is then not asked)
+    exact = need_exact and n >= 0
     if big:
-        grid_chain_par(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
-                       need_bound, gt, nt, n < 0)
+        grid_chain_par(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
+                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, nt, n < 0)
     else:
-        grid_chain_seq(x, v, e, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], cls, ncls,
-                       need_bound, gt, n < 0)
+        grid_chain_seq(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
+                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, n < 0)
 
 
 @njit(inline="always", cache=True)
-def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt, gt):
+def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va, nt, gt):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
     kernel sums there (the bound needs ``split``: a separable measure without truncation, and
-    at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly."""
+    at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly. On the grid, weights
+    ``va`` (an empty array: none) also give ``W.bnd = F_va[w] - va_k F_1[w]`` (``_grid``'s
+    notation), for a bound the caller completes."""
     if grid:
         cls = W.jend[:0]
         ncls = 0
@@ -175,7 +180,7 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, nt
                 cls = np.empty(n, dtype=np.int64)
                 ncls = gain_classes(gains, order, n, cls)
         if ncls >= 0:
-            _grid_chain(big, n, W, cls, ncls, need_bound, nt, gt)
+            _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt)
             return
     if big:
         _sorted_chain_par(n, W, need_exact, nt)
@@ -197,8 +202,8 @@ def _query(job, big, need_exact, s, gains, iz, wts, alpha, kind, k, beta, theta,
     else:
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         # the class split of the bound needs v monotone within a gain class (no top-k)
-        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order, nt,
-                    gt)
+        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
+                    W.v[:0], nt, gt)
         _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
                        W.v[:0], wts, grad, hess)
 
@@ -214,7 +219,7 @@ def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, fl
     # that is cheaper, else (again, with the sums) by the windowed loops
     R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
     if use_grid(A.ry[:R], A.rjend, R, gp):
-        _ap_relevant_grid(big, R, A, nt, gt)
+        _ap_relevant_grid(big, R, A, need_exact, nt, gt)
     else:
         ap_relevant(n, W, A, order, rel_local, beta, n >= 0)
     if job == JOB_VALUE:
@@ -227,8 +232,12 @@ def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, fl
     # more.)
     S = _relevant_part(n, W, A, R if grid and need_bound else 0)
     bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, S.jend[:R], gp)
+    # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd)
+    av = np.empty(n if bound_grid else 0)
+    for r in range(av.shape[0]):
+        av[r] = abs(W.v[r])
     _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
-                need_bound and not bound_grid, n < 0, W.v, order, nt, gt)
+                need_bound and not bound_grid, n < 0, W.v, order, av, nt, gt)
     if bound_grid:
         _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt)
     _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
@@ -237,13 +246,14 @@ def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, fl
 
 
 @njit(inline="always", cache=True)
-def _ap_relevant_grid(big, R, A, nt, gt):
+def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
     """ApproxAP's second-level sums of a query's ``R`` relevant documents (``A.s``, ``A.ts``,
     ``A.td``, ``A.tc``, as :func:`~approx_gbdt._measure_terms.ap_relevant`) by the grid:
     with ``x_a = ry_a = -beta (p_a - p_0)`` (non-increasing: clamped where the positions'
     rounding breaks ties the wrong way), ``sig_ab = sig(x_b - x_a)`` and the weights
     ``v = q``, they are the grid's positions and chain sums of the relevant documents alone:
-    ``S = pos - 1``, ``TS = aw``, ``TD = -g``, ``TC = -aa``."""
+    ``S = pos - 1``, ``TS = aw``, ``TD = -g``, ``TC = -aa`` (only when ``need_exact``: only
+    the exact diagonal reads it; else 0)."""
     x = np.empty(R)
     top = np.inf
     for a in range(R):
@@ -252,15 +262,16 @@ def _ap_relevant_grid(big, R, A, nt, gt):
     tmp = np.zeros((5, R))  # e = 0, then g, aa, ab and the unused bound
     no_cls = A.rjend[:0]
     ncls = no_cls.shape[0]  # run-time values, as in _ap_grid_bound: one compiled grid
+    exact = need_exact and R >= 0
     S = A.s[:R]
     if big:
         grid_positions_par(x, S, gt, nt)
-        grid_chain_par(x, A.qr[:R], tmp[0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R], no_cls,
-                       ncls, R < 0, gt, nt, R < 0)
+        grid_chain_par(x, A.qr[:R], tmp[0], x[:0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R],
+                       x[:0], no_cls, ncls, R < 0, exact, gt, nt, R < 0)
     else:
         grid_positions_seq(x, S, gt)
-        grid_chain_seq(x, A.qr[:R], tmp[0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R], no_cls,
-                       ncls, R < 0, gt, R < 0)
+        grid_chain_seq(x, A.qr[:R], tmp[0], x[:0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R],
+                       x[:0], no_cls, ncls, R < 0, exact, gt, R < 0)
     for a in range(R):
         S[a] -= 1.0
         A.td[a] = -tmp[1, a]
@@ -286,18 +297,18 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     """Whether ApproxAP's bound of a query whose positions took the grid is cheaper by
     :func:`_ap_grid_bound` than by the exact windowed chain (``grid_mode`` 1: always);
     ``rel_jend`` are the window ends of the query reduced to its relevant documents
-    (:func:`_relevant_part`). The cost model (one thread): exact chain ~ 0.37 ns per window
-    pair; grid bound at most ~ 0.2 us per document + 0.37 us per pair of partner boxes + 0.39
-    ns per window pair of relevant documents (upper estimates: the grid's part costs less,
-    and so do the relevant pairs where :func:`_ap_grid_bound` splits them), so that it errs
-    towards the exact chain."""
+    (:func:`_relevant_part`). The cost model, fitted on one thread (queries of 600 to 4,000
+    documents, 5 % and 45 % relevant, score spreads from all pairs in the window to a few):
+    exact chain ~ 0.41 ns per window pair; grid bound ~ 50 ns per document + 60 ns per pair
+    of partner boxes + at most 0.39 ns per window pair of relevant documents (less where
+    :func:`_ap_grid_bound` splits them), so that it errs towards the exact chain."""
     if grid_mode > 0:
         return True
     pairs, box_pairs = _costs(x, jend, n)
     rel_pairs = 0
     for a in range(rel_jend.shape[0]):
         rel_pairs += rel_jend[a] - a - 1
-    return 0.37 * pairs > 200.0 * n + 370.0 * box_pairs + 0.39 * rel_pairs
+    return 0.41 * pairs > 50.0 * n + 60.0 * box_pairs + 0.39 * rel_pairs
 
 
 @njit(inline="always", cache=True)
@@ -310,28 +321,15 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
     else the exact windowed loops (:func:`_sorted_bound`).
 
     ``v`` is zero on the irrelevant documents, so for an irrelevant ``k`` the bound is the
-    kernel sum ``sum_j w_kj |v_j|`` (the grid's chain sum with weights ``|v|``: ``sum_j w_kj
-    (|v_j| - |v_k|)``, ``v_k = 0``), and for a relevant ``k``
+    kernel sum ``sum_j w_kj |v_j|``: the chain step's sums with weights ``|v|``, which it left
+    in ``W.bnd`` (``sum_j w_kj (|v_j| - |v_k|)``, ``v_k = 0``). For a relevant ``k`` it is
 
         |v_k| (aw_k - sum_{j rel} w_kj) + sum_{j rel} w_kj |v_j - v_k|
 
     (``aw_k = sum_j w_kj`` from the chain sums); the two sums over relevant ``j`` are those of
     the query reduced to its relevant documents."""
-    x = W.x[:n]
     v = W.v[:n]
     bnd = W.bnd[:n]
-    tmp = np.empty((5, n))
-    av = tmp[0]
-    for r in range(n):
-        av[r] = abs(v[r])
-    no_cls = W.jend[:0]
-    ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
-    if big:
-        grid_chain_par(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt,
-                       nt, n < 0)
-    else:
-        grid_chain_seq(x, av, av, bnd, tmp[1], tmp[2], tmp[3], tmp[4], no_cls, ncls, n < 0, gt,
-                       n < 0)
     if R == 0:
         return
     # the relevant documents' own sums: split by v where the grid is cheaper for them
@@ -341,11 +339,11 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
         cls, C = _v_classes(S.v[:R])
         xr, vr, work = S.x[:R], S.v[:R], np.empty((3, R))
         if big:
-            grid_chain_par(xr, vr, S.e[:R], work[0], S.bnd[:R], work[1], work[2], S.aw[:R], cls,
-                           C, R >= 0, gt, nt, R >= 0)
+            grid_chain_par(xr, vr, S.e[:R], xr[:0], work[0], S.bnd[:R], work[1], work[2],
+                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, nt, R >= 0)
         else:
-            grid_chain_seq(xr, vr, S.e[:R], work[0], S.bnd[:R], work[1], work[2], S.aw[:R], cls,
-                           C, R >= 0, gt, R >= 0)
+            grid_chain_seq(xr, vr, S.e[:R], xr[:0], work[0], S.bnd[:R], work[1], work[2],
+                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, R >= 0)
         _within_classes(R, S, cls, C, big, nt)
     else:
         _sorted_bound(R, S, big, nt)

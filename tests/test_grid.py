@@ -90,19 +90,50 @@ def test_grid_sums_within_stated_bound(kind, par):
     cls = np.empty(n, dtype=np.int64)
     ncls = G.gain_classes(gain, np.arange(n), n, cls)
     assert ncls == 4
-    out = {k: np.empty(n) for k in ["g", "bnd", "aa", "ab", "aw"]}
-    args = (x, v, e, out["g"], out["bnd"], out["aa"], out["ab"], out["aw"], cls, ncls, True,
-            G.grid_tables())
+    # the sums with extra weights va (ApproxAP's |v|) against the dense g of va
+    va = np.abs(v[::-1]).copy()
+    ex["gva"] = _dense(x, va, e)["g"]
+    out = {k: np.empty(n) for k in ["g", "bnd", "aa", "ab", "aw", "gva"]}
+    args = (x, v, e, va, out["g"], out["bnd"], out["aa"], out["ab"], out["aw"], out["gva"],
+            cls, ncls, True, True, G.grid_tables())
     if par:
-        G.grid_chain_par(*args, 3)
+        G.grid_chain_par(*args, 3, False)
     else:
-        G.grid_chain_seq(*args)
+        G.grid_chain_seq(*args, False)
     out["pos"] = pos
     for name, (exact, mag) in ex.items():
         err = np.abs(out[name] - exact)
         bound = mag + (n - 1) * ET * (1.0 + 2.0 * np.abs(v).max() + np.abs(e).max())
         worst = int(np.argmax(err - bound))
         assert err[worst] <= bound[worst], (name, kind, worst, err[worst], bound[worst])
+
+
+@pytest.mark.parametrize("par", [False, True])
+def test_grid_sums_without_the_exact_diagonal_are_the_same_sums(par):
+    # need_exact=False leaves aa and ab unwritten and gives the other sums bit for bit
+    rng = np.random.default_rng(5)
+    n = 1200
+    x = _sorted_x("normal", n, rng)
+    gain = np.array([0.0, 1.0, 3.0])[rng.integers(0, 3, n)]
+    v = np.sort(rng.random(n)) * gain
+    e = rng.normal(size=n)
+    cls = np.empty(n, dtype=np.int64)
+    ncls = G.gain_classes(gain, np.arange(n), n, cls)
+    outs = []
+    for need_exact in (True, False):
+        out = [np.full(n, np.nan) for _ in range(6)]
+        args = (x, v, e, np.abs(e), *out[:5], out[5], cls, ncls, True, need_exact,
+                G.grid_tables())
+        if par:
+            G.grid_chain_par(*args, 2, False)
+        else:
+            G.grid_chain_seq(*args, False)
+        outs.append(out)
+    (g, bnd, aa, ab, aw, gva), (g2, bnd2, aa2, ab2, aw2, gva2) = outs
+    assert np.isfinite(aa).all() and np.isfinite(ab).all()
+    assert np.isnan(aa2).all() and np.isnan(ab2).all()
+    for a, b in ((g, g2), (bnd, bnd2), (aw, aw2), (gva, gva2)):
+        assert np.isfinite(a).all() and np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("kind", ["equal", "ties", "tail", "normal"])
@@ -126,7 +157,7 @@ def test_grid_bound_over_v_separated_classes(kind, par):
     bound = 3 * G._EPS_K[1] * (near * (np.abs(v)[None, :] + np.abs(v)[:, None])).sum(1)
     bound += (n - 1) * ET * 2.0 * np.abs(v).max()
     out = [np.empty(n) for _ in range(5)]
-    args = (x, v, e, *out, cls, G._CMAX, True, G.grid_tables())
+    args = (x, v, e, x[:0], *out, x[:0], cls, G._CMAX, True, False, G.grid_tables())
     if par:
         G.grid_chain_par(*args, 3, True)
     else:
