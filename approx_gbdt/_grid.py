@@ -469,7 +469,7 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
     _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
-    own = _chain_own(t, sc)
+    own = _chain_own(t, sc, need_exact)
     _chain_boxes(b0, nb, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
                  vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own)
 
@@ -488,7 +488,7 @@ def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
         _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, va, cls,
                        C, need_exact, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
-    own = _chain_own(t, sc)
+    own = _chain_own(t, sc, need_exact)
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, va, g, bnd, aa, ab, aw, gva,
                      cls, C, need_bound, need_exact, vsep, mem, mst, tab, slot, bid, bstart,
@@ -496,11 +496,13 @@ def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
 
 
 @njit(cache=True, **_STEP)
-def _chain_own(t, sc):
-    """The grid's own values of every document's self terms of ``w`` and ``w^2``."""
+def _chain_own(t, sc, need_exact):
+    """The grid's own values of every document's self terms of ``w`` and, when
+    ``need_exact``, of ``w^2`` (else left unset)."""
     own = np.empty((2, t.shape[0]))
     _self_terms(t, sc[1], own[0])
-    _self_terms(t, sc[3], own[1])
+    if need_exact:
+        _self_terms(t, sc[3], own[1])
     return own
 
 
