@@ -5,11 +5,15 @@ s_(0))`` non-increasing). Every pair sum the fast kernels need is a one-dimensio
 
     F_c(k) = sum_j K(x_j - x_k) c_j,   K in {sig, w = sig', sig'' = w (1 - 2 sig), w^2}
 
-with per-document weights ``c`` (1, ``v``, ``e``, and class indicators for the bound below):
+with per-document weights ``c`` (1, ``v``, ``e``, an optional ``va``, and class indicators
+for the bound below):
 
     pos^_k = 1 + F_1[sig](k) - sig(0)          g_k  = F_v[w](k) - v_k F_1[w](k)
     aw_k   = F_1[w](k) - w(0)                  aa_k = F_v[sig''](k) - v_k F_1[sig''](k)
-    ab_k   = F_e[w^2](k) - e_k w(0)^2
+    ab_k   = F_e[w^2](k) - e_k w(0)^2          gva_k = F_va[w](k) - va_k F_1[w](k)
+
+(``aa`` and ``ab`` only for the Hessian modes that need the exact diagonal; ``gva`` only
+where the caller asks: ApproxAP's bound, ``va = |v|``.)
 
 (the self terms j = k removed; the grid removes its own interpolated value of each, so that
 their interpolation error cancels: it matters where a document has no near neighbours and the
@@ -67,8 +71,9 @@ cost of the box products and 1.25 times the work per document). That is at the f
     |F_c(k) - F~_c(k)| <= eps_K sum_{j near k} |c_j|      (near: |x_j - x_k| < (D + 1) _H)
 
 plus the window bound of ``_pairs`` for the saturated pairs. The outputs combine these sums:
-``pos^`` (sig, c = 1), ``g`` and ``aw`` (w; c = v and 1, the latter times ``|v_k|``), ``aa``
-(sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C``: three w-sums of ``|v_j| + |v_k|``).
+``pos^`` (sig, c = 1), ``g``, ``gva`` and ``aw`` (w; c = v, va and 1, the last times ``|v_k|``
+or ``|va_k|``), ``aa`` (sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C``: three w-sums
+of ``|v_j| + |v_k|``).
 ``_EPS_K`` holds the ``eps_K`` with a factor 2 of margin; the tests check these bounds per
 document and the 1e-6 max-norm relative target against the exact kernel.
 """
@@ -423,7 +428,8 @@ def gain_classes(gains, order, n, cls):
 @njit(error_model="numpy", cache=True, **_STEP)
 def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src, lag):
     """Lagrange values of the documents of boxes b0..b1-1 (into ``lag``) and their boxes'
-    node weights (into ``src``; rows as in :func:`grid_chain_seq`)."""
+    node weights (into ``src``, rows: 1, ``v``, ``e`` (when ``need_exact``), ``va`` (when
+    given), then ``v 1_G`` and ``1_G`` for the classes G = 1..C)."""
     has_va = va.shape[0] > 0
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
@@ -544,7 +550,7 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                  vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
     (``lag``: the Lagrange values of every document, from :func:`_chain_sources`; ``own``:
-    the self terms of ``w`` and ``w^2``, from :func:`_chain_own`)."""
+    the self terms of ``w`` and, when ``need_exact``, ``w^2``, from :func:`_chain_own`)."""
     Lj = np.empty(_P)
     tmp = np.empty(_P)
     pw1 = np.empty(_P)

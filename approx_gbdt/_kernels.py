@@ -154,7 +154,8 @@ def _positions_step(big, s, order, alpha, W, nt, gp, gt):
 def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
     # the exact diagonal's sums as a run-time flag (the block's constant would compile the
-    # grid once more); ``va``'s sums, when given, go to ``W.bnd`` (the bound is then not asked)
+    # grid once more); ``va``'s sums, when given, go to ``W.bnd``: the caller must not ask for
+    # the bound as well (``need_bound`` would write it over them)
     exact = need_exact and n >= 0
     if big:
         grid_chain_par(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
@@ -252,8 +253,8 @@ def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
     with ``x_a = ry_a = -beta (p_a - p_0)`` (non-increasing: clamped where the positions'
     rounding breaks ties the wrong way), ``sig_ab = sig(x_b - x_a)`` and the weights
     ``v = q``, they are the grid's positions and chain sums of the relevant documents alone:
-    ``S = pos - 1``, ``TS = aw``, ``TD = -g``, ``TC = -aa`` (only when ``need_exact``: only
-    the exact diagonal reads it; else 0)."""
+    ``S = pos - 1``, ``TS = aw``, ``TD = -g``, ``TC = -aa`` (only when ``need_exact``, else 0:
+    it enters ``W.e``, which only the exact diagonal reads)."""
     x = np.empty(R)
     top = np.inf
     for a in range(R):
@@ -261,7 +262,7 @@ def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
         x[a] = top
     tmp = np.zeros((5, R))  # e = 0, then g, aa, ab and the unused bound
     no_cls = A.rjend[:0]
-    ncls = no_cls.shape[0]  # run-time values, as in _ap_grid_bound: one compiled grid
+    ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
     exact = need_exact and R >= 0
     S = A.s[:R]
     if big:
@@ -313,12 +314,12 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
 
 @njit(inline="always", cache=True)
 def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
-    """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, in
-    O(n) grid work plus the relevant documents' own sums (``S``, from
-    :func:`_relevant_part`): where the grid is cheaper for them, split into classes of
-    consecutive ``v`` (:func:`_v_classes`; the pairs of different classes on the grid, whose
-    sign the classes' order gives, the pairs within a class exactly, :func:`_within_classes`),
-    else the exact windowed loops (:func:`_sorted_bound`).
+    """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, from
+    the chain step's sums with weights ``|v|`` (already in ``W.bnd``) and the relevant
+    documents' own sums (``S``, from :func:`_relevant_part`): where the grid is cheaper for
+    them, split into classes of consecutive ``v`` (:func:`_v_classes`; the pairs of different
+    classes on the grid, whose sign the classes' order gives, the pairs within a class
+    exactly, :func:`_within_classes`), else the exact windowed loops (:func:`_sorted_bound`).
 
     ``v`` is zero on the irrelevant documents, so for an irrelevant ``k`` the bound is the
     kernel sum ``sum_j w_kj |v_j|``: the chain step's sums with weights ``|v|``, which it left
