@@ -153,10 +153,10 @@ def _positions_step(big, s, order, alpha, W, nt, gp, gt):
 @njit(inline="always", cache=True)
 def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
-    # the exact diagonal's sums as a run-time flag (the block's constant would compile the
-    # grid once more); ``va``'s sums, when given, go to ``W.bnd``: the caller must not ask for
-    # the bound as well (``need_bound`` would write it over them)
-    exact = need_exact and n >= 0
+    # the exact diagonal's sums as a run-time flag (the block's constant, typed as a literal
+    # where it is False, would compile the grid once more); ``va``'s sums, when given, go to
+    # ``W.bnd``: the caller must not ask for the bound as well (it would write over them)
+    exact = (n >= 0) if need_exact else (n < 0)
     if big:
         grid_chain_par(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
                        W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, nt, n < 0)
@@ -263,7 +263,7 @@ def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
     tmp = np.zeros((5, R))  # e = 0, then g, aa, ab and the unused bound
     no_cls = A.rjend[:0]
     ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
-    exact = need_exact and R >= 0
+    exact = (R >= 0) if need_exact else (R < 0)  # run-time, as in _grid_chain
     S = A.s[:R]
     if big:
         grid_positions_par(x, S, gt, nt)

@@ -591,6 +591,27 @@ def test_first_call_compiles_only_the_pair_loops_of_its_hessian_mode(tmp_path, m
     assert _in_fresh_process(code, tmp_path) == compiled
 
 
+def test_grid_sums_compile_once_for_every_hessian_mode(tmp_path):
+    # a fresh process with an empty cache: ApproxNDCG ("mixed", the exact diagonal's sums) and
+    # ApproxAP ("bound", without them, and with its |v| sums) on queries of the grid's tier
+    # (narrow scores) use one compiled version of each grid entry point
+    code = textwrap.dedent("""
+        import json
+        import numpy as np
+        import approx_gbdt
+        from approx_gbdt import _grid
+        rng = np.random.default_rng(1)
+        ptr = np.array([0, 1000, 2200])
+        y = rng.integers(0, 3, ptr[-1]).astype(float)
+        s = rng.normal(size=ptr[-1]) * 0.05
+        approx_gbdt.approx_ndcg_obj.grad_hess(s, y, ptr)
+        approx_gbdt.approx_ap_obj.grad_hess(s, y, ptr)
+        print(json.dumps([len(f.signatures) for f in (_grid.grid_positions_seq,
+                                                       _grid.grid_chain_seq)]))
+    """)
+    assert _in_fresh_process(code, tmp_path) == [1, 1]
+
+
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread: no row split")
 def test_long_queries_compile_the_row_split_only_when_they_need_it(tmp_path):
     # a fresh process with an empty cache, both measures' default objectives on queries of the
