@@ -476,8 +476,9 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     own = _chain_own(t, sc, need_exact)
+    vneg = _nonpositive(v) if need_bound and not vsep else False
     _chain_boxes(b0, nb, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own)
+                 vsep, vneg, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
@@ -495,10 +496,11 @@ def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
                        C, need_exact, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     own = _chain_own(t, sc, need_exact)
+    vneg = _nonpositive(v) if need_bound and not vsep else False
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, va, g, bnd, aa, ab, aw, gva,
-                     cls, C, need_bound, need_exact, vsep, mem, mst, tab, slot, bid, bstart,
-                     nlo, nhi, src, lag, own)
+                     cls, C, need_bound, need_exact, vsep, vneg, mem, mst, tab, slot, bid,
+                     bstart, nlo, nhi, src, lag, own)
 
 
 @njit(cache=True, **_STEP)
@@ -510,6 +512,15 @@ def _chain_own(t, sc, need_exact):
     if need_exact:
         _self_terms(t, sc[3], own[1])
     return own
+
+
+@njit(cache=True, **_STEP)
+def _nonpositive(v):
+    """Whether every ``v`` is at most 0 (a non-increasing discount: ApproxNDCG's)."""
+    for r in range(v.shape[0]):
+        if v[r] > 0.0:
+            return False
+    return True
 
 
 @njit(cache=True, **_STEP)
@@ -547,7 +558,7 @@ def _first_not_below(mem, a, b, v, vk):
 
 @njit(cache=True, **_STEP)
 def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 vsep, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
+                 vsep, vneg, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
     (``lag``: the Lagrange values of every document, from :func:`_chain_sources`; ``own``:
     the self terms of ``w`` and, when ``need_exact``, ``w^2``, from :func:`_chain_own`)."""
@@ -566,6 +577,7 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
     # pointer state per (class of the target, class of the sources)
     pc = np.full((C + 1, C + 1), -1, dtype=np.int64)
     pslot = np.full((C + 1, C + 1), -1, dtype=np.int64)
+    pcnt = np.zeros((C + 1, C + 1), dtype=np.int64)  # members in pv / p1
     pv = np.zeros((C + 1, C + 1, _P))
     p1 = np.zeros((C + 1, C + 1, _P))
     for b in range(b0, b1):
@@ -615,12 +627,19 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
             if not need_bound:
                 continue
             ck = cls[r]
-            tot = 0.0
+            if vneg and ck == 0:  # v_k = 0: sum_j w_kj |v_j| = -g_k
+                bnd[r] = abs(g[r])
+                continue
+            # vneg: sum_j w_kj |v_j - v_k| = g_k - 2 sum_G C_kG (the gain-0 class has no v_j
+            # below v_k), and A_kG is needed only where C_kG = A_kG
+            tot = g[r] if vneg else 0.0
             rest = a1  # F_1[w] of the gain-0 class: all minus the classes 1..C
+            A = 0.0
             for c in range(1, C + 1):
-                A1 = _dot(L, psi[c, 1, last])
-                A = _dot(L, psi[c, 0, last]) - vr * A1
-                rest -= A1
+                if not vneg:
+                    A1 = _dot(L, psi[c, 1, last])
+                    A = _dot(L, psi[c, 0, last]) - vr * A1
+                    rest -= A1
                 if vsep:  # v-separated classes: the sign of v_j - v_k is the classes' order
                     if c > ck:
                         tot += A
@@ -640,12 +659,14 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                     p = _first_not_below(mem, a, e, v, vr)
                     _reset_prefix(pv[ck, c], p1[ck, c])
                     pslot[ck, c] = -1
+                    pcnt[ck, c] = 0
                     if p < e:
                         sp = slot[mem[p]]
                         q = p
                         while q > a and slot[mem[q - 1]] == sp:
                             q -= 1
                         pslot[ck, c] = sp
+                        pcnt[ck, c] = p - q
                         for u in range(q, p):
                             j = mem[u]
                             Lm = lag[j]
@@ -658,32 +679,33 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                     if sj != pslot[ck, c]:
                         _reset_prefix(pv[ck, c], p1[ck, c])
                         pslot[ck, c] = sj
+                        pcnt[ck, c] = 0
                     Lm = lag[j]
                     for m in range(_P):
                         pv[ck, c, m] += Lm[m] * v[j]
                         p1[ck, c, m] += Lm[m]
+                    pcnt[ck, c] += 1
                     p += 1
                 pc[ck, c] = p
-                if p == e:
+                sc = slot[mem[p]] if a < p < e else 0
+                if p == a or (p < e and sc < lo):  # no member of G in the window below v_k
+                    Cs = 0.0
+                elif p == e or sc >= hi:  # every member of G in the window below v_k
+                    if vneg:
+                        A = _dot(L, psi[c, 0, last]) - vr * _dot(L, psi[c, 1, last])
                     Cs = A
                 else:
-                    sc = slot[mem[p]]
-                    if sc < lo:
-                        Cs = 0.0
-                    elif sc >= hi:
-                        Cs = A
-                    else:
-                        i = sc - lo
-                        Cs = _dot(L, psi[c, 0, i]) - vr * _dot(L, psi[c, 1, i])
-                        if pslot[ck, c] == sc:
-                            for m in range(_P):
-                                tmp[m] = 0.0
-                            for m in range(_P):
-                                Lj[m] = pv[ck, c, m] - vr * p1[ck, c, m]
-                            _matvec_add(tab[1, int(bid[sc] - bid[b]) + _D], Lj, tmp)
-                            Cs += _dot(L, tmp)
-                tot += A - 2.0 * Cs
-            bnd[r] = tot if vsep else tot + abs(vr) * rest
+                    i = sc - lo
+                    Cs = _dot(L, psi[c, 0, i]) - vr * _dot(L, psi[c, 1, i])
+                    if pslot[ck, c] == sc and pcnt[ck, c] > 0:
+                        for m in range(_P):
+                            tmp[m] = 0.0
+                        for m in range(_P):
+                            Lj[m] = pv[ck, c, m] - vr * p1[ck, c, m]
+                        _matvec_add(tab[1, int(bid[sc] - bid[b]) + _D], Lj, tmp)
+                        Cs += _dot(L, tmp)
+                tot += (A if not vneg else 0.0) - 2.0 * Cs
+            bnd[r] = tot if vsep or vneg else tot + abs(vr) * rest
 
 
 @njit(cache=True, **_LEAF)
