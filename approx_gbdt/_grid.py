@@ -367,13 +367,21 @@ def _pos_boxes(b0, b1, bid, bstart, nlo, nhi, tab, src, lag, own, pos):
             pos[r] = base + _dot(L, phi) - own[r]
 
 
+@njit(cache=True, **_STEP)
+def _lag_space(lag, n):
+    """``lag`` where it has a row per document, else a new ``n x _P`` array."""
+    return lag if lag.shape[0] == n else np.empty((n, _P))
+
+
 @njit(cache=True, **_ENTRY)
-def grid_positions_seq(x, pos, gt):
+def grid_positions_seq(x, pos, gt, lag):
     """Smoothed positions of one sorted query (``x`` non-increasing) by the grid (``gt`` from
-    :func:`grid_tables`)."""
+    :func:`grid_tables`). ``lag``: an ``n x _P`` array that receives every document's
+    Lagrange values (for a chain step on the same ``x``: :func:`grid_chain_seq`), or an empty
+    one."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
-    lag = np.empty((x.shape[0], _P))
+    lag = _lag_space(lag, x.shape[0])
     own = np.empty(x.shape[0])
     _self_terms(t, sc[0], own)
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
@@ -382,11 +390,11 @@ def grid_positions_seq(x, pos, gt):
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
-def grid_positions_par(x, pos, gt, nt):
+def grid_positions_par(x, pos, gt, nt, lag):
     """:func:`grid_positions_seq` with the boxes split across ``nt`` threads."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
-    lag = np.empty((x.shape[0], _P))
+    lag = _lag_space(lag, x.shape[0])
     own = np.empty(x.shape[0])
     _self_terms(t, sc[0], own)
     nch = min(nb, 4 * nt)
@@ -426,15 +434,18 @@ def gain_classes(gains, order, n, cls):
 
 
 @njit(error_model="numpy", cache=True, **_STEP)
-def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src, lag):
-    """Lagrange values of the documents of boxes b0..b1-1 (into ``lag``) and their boxes'
-    node weights (into ``src``, rows: 1, ``v``, ``e`` (when ``need_exact``), ``va`` (when
-    given), then ``v 1_G`` and ``1_G`` for the classes G = 1..C)."""
+def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fresh, src,
+                   lag):
+    """Lagrange values of the documents of boxes b0..b1-1 (into ``lag``, when ``fresh``;
+    else ``lag`` holds them) and their boxes' node weights (into ``src``, rows: 1, ``v``,
+    ``e`` (when ``need_exact``), ``va`` (when given), then ``v 1_G`` and ``1_G`` for the
+    classes G = 1..C)."""
     has_va = va.shape[0] > 0
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
             L = lag[r]
-            _lagrange(t[r], z, lam, L)
+            if fresh:
+                _lagrange(t[r], z, lam, L)
             vr = v[r]
             for i in range(_P):
                 li = L[i]
@@ -457,7 +468,7 @@ def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src
 
 @njit(cache=True, **_ENTRY)
 def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound, need_exact,
-                   gt, vsep):
+                   gt, vsep, lag):
     """Chain-rule sums of one sorted query by the grid: ``g`` and ``aw``; when ``need_exact``,
     ``aa`` and ``ab`` (else they are not written); for weights ``va`` (an empty array: none),
     ``gva = F_va[w] - va_k F_1[w]``; and when ``need_bound``, ``bnd`` by the class split
@@ -467,13 +478,17 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     With ``vsep`` the classes 1..ncls instead separate ``v`` (every ``v`` of a class is at most
     every ``v`` of the next; ``v`` in any order within a class, no class 0), and ``bnd`` is the
     bound's sum over the other classes only: ``sum_{c(j) != c(k)} w_kj |v_j - v_k|``, whose
-    sign is known per class (the caller adds the sum within the class)."""
+    sign is known per class (the caller adds the sum within the class).
+
+    ``lag``: the documents' Lagrange values from :func:`grid_positions_seq` on the same ``x``
+    (``n x _P``), or an empty array (computed here)."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 4 + 2 * C, _P))  # 1, v, e, va, then v 1_G and 1_G for G = 1..C
-    lag = np.empty((x.shape[0], _P))
+    fresh = lag.shape[0] != x.shape[0]
+    lag = _lag_space(lag, x.shape[0])
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
-    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, src, lag)
+    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fresh, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     own = _chain_own(t, sc, need_exact)
     vneg = _nonpositive(v) if need_bound and not vsep else False
@@ -483,17 +498,18 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
 
 @njit(parallel=True, cache=True, **_ENTRY)
 def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound, need_exact,
-                   gt, nt, vsep):
+                   gt, nt, vsep, lag):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 4 + 2 * C, _P))
-    lag = np.empty((x.shape[0], _P))
+    fresh = lag.shape[0] != x.shape[0]
+    lag = _lag_space(lag, x.shape[0])
     nch = min(nb, 4 * nt)
     for c in prange(nch):
         _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, va, cls,
-                       C, need_exact, src, lag)
+                       C, need_exact, fresh, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     own = _chain_own(t, sc, need_exact)
     vneg = _nonpositive(v) if need_bound and not vsep else False

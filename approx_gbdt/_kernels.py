@@ -43,6 +43,7 @@ from numba import config, get_num_threads, njit, set_num_threads
 
 from approx_gbdt._grid import (
     _CMAX,
+    _P,
     GRID_MIN_N,
     _class_members,
     _costs,
@@ -134,24 +135,26 @@ def _need_bound(mode):
 @njit(inline="always", cache=True)
 def _positions_step(big, s, order, alpha, W, nt, gp, gt):
     """Sort, then the positions by the grid (``_grid``) where it is cheaper than the exact
-    windowed loops, else by those; returns whether the grid was used."""
+    windowed loops, else by those; returns whether the grid was used and the documents'
+    Lagrange values on the grid (for the chain step; no rows without the grid)."""
     n = s.shape[0]
     _sorted_prep(s, order, alpha, W)
     grid = use_grid(W.x, W.jend, n, gp)
+    lag = np.empty((n if grid else 0, _P))
     if grid:
         if big:
-            grid_positions_par(W.x[:n], W.pos[:n], gt, nt)
+            grid_positions_par(W.x[:n], W.pos[:n], gt, nt, lag)
         else:
-            grid_positions_seq(W.x[:n], W.pos[:n], gt)
+            grid_positions_seq(W.x[:n], W.pos[:n], gt, lag)
     elif big:
         _positions_rows_par(n, W, nt)
     else:
         _positions_rows(n, W)
-    return grid
+    return grid, lag
 
 
 @njit(inline="always", cache=True)
-def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt):
+def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt, lag):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
     # the exact diagonal's sums as a run-time flag (the block's constant, typed as a literal
     # where it is False, would compile the grid once more); ``va``'s sums, when given, go to
@@ -159,19 +162,20 @@ def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt):
     exact = (n >= 0) if need_exact else (n < 0)
     if big:
         grid_chain_par(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
-                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, nt, n < 0)
+                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, nt, n < 0, lag)
     else:
         grid_chain_seq(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
-                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, n < 0)
+                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, n < 0, lag)
 
 
 @njit(inline="always", cache=True)
-def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va, nt, gt):
+def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va, nt, gt, lag):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
     kernel sums there (the bound needs ``split``: a separable measure without truncation, and
     at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly. On the grid, weights
     ``va`` (an empty array: none) also give ``W.bnd = F_va[w] - va_k F_1[w]`` (``_grid``'s
-    notation), for a bound the caller completes."""
+    notation), for a bound the caller completes; ``lag`` holds the Lagrange values of the
+    positions step."""
     if grid:
         cls = W.jend[:0]
         ncls = 0
@@ -181,7 +185,7 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
                 cls = np.empty(n, dtype=np.int64)
                 ncls = gain_classes(gains, order, n, cls)
         if ncls >= 0:
-            _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt)
+            _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt, lag)
             return
     if big:
         _sorted_chain_par(n, W, need_exact, nt)
@@ -196,7 +200,7 @@ def _query(job, big, need_exact, s, gains, iz, wts, alpha, kind, k, beta, theta,
     the pair loops across ``nt`` threads; ``need_exact`` is the block's constant (whether
     ``mode`` needs the exact diagonal's sums)."""
     n = s.shape[0]
-    grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
+    grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
     if job == JOB_POSITIONS:
         for r in range(n):
             pos[order[r]] = W.pos[r]
@@ -204,7 +208,7 @@ def _query(job, big, need_exact, s, gains, iz, wts, alpha, kind, k, beta, theta,
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         # the class split of the bound needs v monotone within a gain class (no top-k)
         _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
-                    W.v[:0], nt, gt)
+                    W.v[:0], nt, gt, lag)
         _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
                        W.v[:0], wts, grad, hess)
 
@@ -215,7 +219,7 @@ def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, fl
     """One query of ApproxAP, every step (``big`` and ``need_exact`` as in :func:`_query`).
     Returns the query's value for ``JOB_VALUE``."""
     n = s.shape[0]
-    grid = _positions_step(big, s, order, alpha, W, nt, gp, gt)
+    grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
     # the relevant documents and their windows first, then their sums by the grid where
     # that is cheaper, else (again, with the sums) by the windowed loops
     R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
@@ -238,7 +242,7 @@ def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, fl
     for r in range(av.shape[0]):
         av[r] = abs(W.v[r])
     _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
-                need_bound and not bound_grid, n < 0, W.v, order, av, nt, gt)
+                need_bound and not bound_grid, n < 0, W.v, order, av, nt, gt, lag)
     if bound_grid:
         _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt)
     _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
@@ -265,14 +269,15 @@ def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
     ncls = no_cls.shape[0]  # 0 as a run-time value (a literal 0 compiles the grid once more)
     exact = (R >= 0) if need_exact else (R < 0)  # run-time, as in _grid_chain
     S = A.s[:R]
+    lag = np.empty((R, _P))  # the positions' Lagrange values, for the chain
     if big:
-        grid_positions_par(x, S, gt, nt)
+        grid_positions_par(x, S, gt, nt, lag)
         grid_chain_par(x, A.qr[:R], tmp[0], x[:0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R],
-                       x[:0], no_cls, ncls, R < 0, exact, gt, nt, R < 0)
+                       x[:0], no_cls, ncls, R < 0, exact, gt, nt, R < 0, lag)
     else:
-        grid_positions_seq(x, S, gt)
+        grid_positions_seq(x, S, gt, lag)
         grid_chain_seq(x, A.qr[:R], tmp[0], x[:0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R],
-                       x[:0], no_cls, ncls, R < 0, exact, gt, R < 0)
+                       x[:0], no_cls, ncls, R < 0, exact, gt, R < 0, lag)
     for a in range(R):
         S[a] -= 1.0
         A.td[a] = -tmp[1, a]
@@ -339,12 +344,13 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
     if use_grid(S.x[:R], S.jend, R, gp):
         cls, C = _v_classes(S.v[:R])
         xr, vr, work = S.x[:R], S.v[:R], np.empty((3, R))
+        no_lag = np.empty((0, _P))  # no positions step on these x: computed there
         if big:
             grid_chain_par(xr, vr, S.e[:R], xr[:0], work[0], S.bnd[:R], work[1], work[2],
-                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, nt, R >= 0)
+                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, nt, R >= 0, no_lag)
         else:
             grid_chain_seq(xr, vr, S.e[:R], xr[:0], work[0], S.bnd[:R], work[1], work[2],
-                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, R >= 0)
+                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, R >= 0, no_lag)
         _within_classes(R, S, cls, C, big, nt)
     else:
         _sorted_bound(R, S, big, nt)

@@ -75,10 +75,11 @@ def test_grid_sums_within_stated_bound(kind, par):
     n = 1500
     x = _sorted_x(kind, n, rng)
     pos = np.empty(n)
+    lag = np.empty((n, G._P))  # the positions' Lagrange values, which the chain step reads
     if par:
-        G.grid_positions_par(x, pos, G.grid_tables(), 3)
+        G.grid_positions_par(x, pos, G.grid_tables(), 3, lag)
     else:
-        G.grid_positions_seq(x, pos, G.grid_tables())
+        G.grid_positions_seq(x, pos, G.grid_tables(), lag)
     # v = g t'(pos) (ApproxNDCG's log term) with the exact positions: monotone in each class
     gain = np.array([0.0, 1.0, 3.0, 7.0, 15.0])[rng.integers(0, 5, n)]
     ex = _dense(x, np.zeros(n), np.zeros(n))
@@ -97,9 +98,9 @@ def test_grid_sums_within_stated_bound(kind, par):
     args = (x, v, e, va, out["g"], out["bnd"], out["aa"], out["ab"], out["aw"], out["gva"],
             cls, ncls, True, True, G.grid_tables())
     if par:
-        G.grid_chain_par(*args, 3, False)
+        G.grid_chain_par(*args, 3, False, lag)
     else:
-        G.grid_chain_seq(*args, False)
+        G.grid_chain_seq(*args, False, lag)
     out["pos"] = pos
     for name, (exact, mag) in ex.items():
         err = np.abs(out[name] - exact)
@@ -124,10 +125,11 @@ def test_grid_sums_without_the_exact_diagonal_are_the_same_sums(par):
         out = [np.full(n, np.nan) for _ in range(6)]
         args = (x, v, e, np.abs(e), *out[:5], out[5], cls, ncls, True, need_exact,
                 G.grid_tables())
+        no_lag = np.empty((0, G._P))  # computed by the chain step
         if par:
-            G.grid_chain_par(*args, 2, False)
+            G.grid_chain_par(*args, 2, False, no_lag)
         else:
-            G.grid_chain_seq(*args, False)
+            G.grid_chain_seq(*args, False, no_lag)
         outs.append(out)
     (g, bnd, aa, ab, aw, gva), (g2, bnd2, aa2, ab2, aw2, gva2) = outs
     assert np.isfinite(aa).all() and np.isfinite(ab).all()
@@ -159,9 +161,9 @@ def test_grid_bound_over_v_separated_classes(kind, par):
     out = [np.empty(n) for _ in range(5)]
     args = (x, v, e, x[:0], *out, x[:0], cls, G._CMAX, True, False, G.grid_tables())
     if par:
-        G.grid_chain_par(*args, 3, True)
+        G.grid_chain_par(*args, 3, True, np.empty((0, G._P)))
     else:
-        G.grid_chain_seq(*args, True)
+        G.grid_chain_seq(*args, True, np.empty((0, G._P)))
     err = np.abs(out[1] - exact)
     assert np.all(err <= bound), (kind, float((err - bound).max()))
     assert exact.max() > 100 * bound.max()  # the check can fail: the sums are far above it
