@@ -32,8 +32,9 @@ Chebyshev nodes. For a pair of boxes at most ``D = ceil(T / _H)`` boxes apart,
 (``L`` the Lagrange polynomials of the box nodes ``y``), so a box's sources are summed into
 ``_P`` node weights, node weights meet target nodes through a ``_P x _P`` kernel table per
 box offset, and every target reads its box's node values: O(n _P + B (2 D + 1) _P^2) for B
-occupied boxes. Each document's ``_P`` Lagrange values are computed once per call and kept
-(``n x _P`` floats): the sources, the targets and the bound's pointers below read them.
+occupied boxes. Each document's ``_P`` Lagrange values are computed once and kept (``n x _P``
+floats): the sources, the targets and the bound's pointers below read them, and the chain
+step reads those of the positions step on the same scores (the caller passes them on).
 Pairs more than D boxes apart are saturated (``|x_j - x_k| >= T``) and are counted exactly as
 in ``_pairs``: 1 in the positions for each document above, nothing in the other sums.
 
@@ -51,7 +52,10 @@ box's partners) and, for ``c``'s own box, the node weights of the members before
 (a running sum). ``c(k, G)`` only moves forward as ``k`` runs through one class in sorted
 order (``v_k`` non-decreasing), so one pointer per pair of classes does it in O(n) steps in
 total. For a target of gain 0 (``v_k = 0``) every term of a class has one sign and the sum is
-``|A_kG|``; the gain-0 class itself gives ``|v_k| F_{1_G0}[w](k)``. Up to ``_CMAX`` distinct
+``|A_kG|``; the gain-0 class itself gives ``|v_k| F_{1_G0}[w](k)``. Where every ``v`` is at
+most 0 (a non-increasing discount, as ApproxNDCG's), no member of the gain-0 class is below
+``v_k`` and the sum over all classes is ``g_k - 2 sum_G C_kG``: a target of gain 0 takes
+``|g_k|``, and ``A_kG`` is needed only where ``C_kG = A_kG``. Up to ``_CMAX`` distinct
 nonzero gains per query; otherwise (and for ApproxNDCG@k, whose ``v`` is not monotone) the
 bound stays on the exact windowed path of ``_pairs``. ApproxAP's ``v`` is coupled across the
 relevant documents and zero on the others: its bound takes the chain sums with weights
