@@ -76,8 +76,8 @@ cost of the box products and 1.25 times the work per document). That is at the f
 
 plus the window bound of ``_pairs`` for the saturated pairs. The outputs combine these sums:
 ``pos^`` (sig, c = 1), ``g``, ``gva`` and ``aw`` (w; c = v, va and 1, the last times ``|v_k|``
-or ``|va_k|``), ``aa`` (sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C``: three w-sums
-of ``|v_j| + |v_k|``).
+or ``|va_k|``), ``aa`` (sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C`` or
+``g - 2 sum C``: three w-sums of ``|v_j| + |v_k|``).
 ``_EPS_K`` holds the ``eps_K`` with a factor 2 of margin; the tests check these bounds per
 document and the 1e-6 max-norm relative target against the exact kernel.
 """
@@ -484,8 +484,9 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     bound's sum over the other classes only: ``sum_{c(j) != c(k)} w_kj |v_j - v_k|``, whose
     sign is known per class (the caller adds the sum within the class).
 
-    ``lag``: the documents' Lagrange values from :func:`grid_positions_seq` on the same ``x``
-    (``n x _P``), or an empty array (computed here)."""
+    ``lag``: the documents' Lagrange values from :func:`grid_positions_seq` on this same
+    ``x`` (``n x _P``; a caller must not pass those of another ``x``: any array with a row per
+    document is taken as given), or an empty array (computed here)."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 4 + 2 * C, _P))  # 1, v, e, va, then v 1_G and 1_G for G = 1..C
@@ -580,8 +581,10 @@ def _first_not_below(mem, a, b, v, vk):
 def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
                  vsep, vneg, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
-    (``lag``: the Lagrange values of every document, from :func:`_chain_sources`; ``own``:
-    the self terms of ``w`` and, when ``need_exact``, ``w^2``, from :func:`_chain_own`)."""
+    (``lag``: the Lagrange values of every document, from the positions step or
+    :func:`_chain_sources`; ``own``: the self terms of ``w`` and, when ``need_exact``, ``w^2``,
+    from :func:`_chain_own`; ``vneg``: every ``v`` is at most 0, so that the bound is
+    ``g_k - 2 sum_G C_kG``, see the module docstring)."""
     Lj = np.empty(_P)
     tmp = np.empty(_P)
     pw1 = np.empty(_P)

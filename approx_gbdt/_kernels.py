@@ -344,7 +344,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
     if use_grid(S.x[:R], S.jend, R, gp):
         cls, C = _v_classes(S.v[:R])
         xr, vr, work = S.x[:R], S.v[:R], np.empty((3, R))
-        no_lag = np.empty((0, _P))  # no positions step on these x: computed there
+        no_lag = np.empty((0, _P))  # the positions step's rows are the whole query's
         if big:
             grid_chain_par(xr, vr, S.e[:R], xr[:0], work[0], S.bnd[:R], work[1], work[2],
                            S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, nt, R >= 0, no_lag)

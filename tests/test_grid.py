@@ -70,7 +70,10 @@ def _dense(x, v, e):
 
 @pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "spread", "tail", "normal"])
 @pytest.mark.parametrize("par", [False, True])
-def test_grid_sums_within_stated_bound(kind, par):
+@pytest.mark.parametrize("vsign", ["negative", "positive"])
+def test_grid_sums_within_stated_bound(kind, par, vsign):
+    # "negative": ApproxNDCG's v (every v <= 0: the bound as g_k - 2 sum_G C_kG); "positive":
+    # v > 0, non-decreasing within each class (the bound as sum_G A_kG - 2 C_kG)
     rng = np.random.default_rng(len(kind))
     n = 1500
     x = _sorted_x(kind, n, rng)
@@ -86,6 +89,8 @@ def test_grid_sums_within_stated_bound(kind, par):
     p = ex["pos"][0]
     lg = np.log1p(p)
     v = gain * (-LN2 / ((1.0 + p) * lg * lg)) / 40.0
+    if vsign == "positive":
+        v = gain * p / (40.0 * n)
     e = gain * (LN2 * (2.0 + lg) / ((1.0 + p) ** 2 * lg**3)) / 40.0
     ex = _dense(x, v, e)
     cls = np.empty(n, dtype=np.int64)
