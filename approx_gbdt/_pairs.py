@@ -148,39 +148,106 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
 
 
 
+_RUN = 64  # documents per run that _resort_desc sorts by insertion before merging runs
+
+
+@njit(inline="always", cache=True)
+def _before(s, a, b, by_index):
+    """Whether document ``a`` goes strictly before ``b`` in descending order of ``s`` (a tie
+    never does, except with the constant ``by_index``: then the lower index goes first)."""
+    return s[a] > s[b] or (by_index and s[a] == s[b] and a < b)
+
+
+@njit(inline="always", cache=True)
+def _insertion(s, order, lo, hi, by_index, cap):
+    """Insertion sort of ``order[lo:hi]`` until it has made more than ``cap`` moves. Returns
+    the end of the sorted head ``order[lo:end]`` (``hi`` when all of it is sorted)."""
+    moves = 0
+    for i in range(lo + 1, hi):
+        oi = order[i]
+        j = i
+        while j > lo and _before(s, oi, order[j - 1], by_index):
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = oi
+        moves += i - j
+        if moves > cap:
+            return i + 1
+    return hi
+
+
+@njit(inline="always", cache=True)
+def _merge(s, order, lo, mid, hi, buf, by_index):
+    """Merge the sorted neighbours ``order[lo:mid]`` and ``order[mid:hi]`` in place (stable),
+    touching only their overlap: the left head that goes before the right's first and the
+    right tail that goes after the left's last stay where they are (binary searches).
+    Returns the buffer, allocated (``n`` entries) when ``buf`` is empty and needed."""
+    if mid <= lo or hi <= mid:
+        return buf
+    first = order[mid]
+    last = order[mid - 1]
+    if not _before(s, first, last, by_index):
+        return buf  # in order already
+    a, b = lo, mid - 1  # the first left entry that the right's first goes before
+    while a < b:
+        c = (a + b) // 2
+        if _before(s, first, order[c], by_index):
+            b = c
+        else:
+            a = c + 1
+    i0 = a
+    a, b = mid + 1, hi  # the first right entry that does not go before the left's last
+    while a < b:
+        c = (a + b) // 2
+        if _before(s, order[c], last, by_index):
+            a = c + 1
+        else:
+            b = c
+    j1 = a
+    m = mid - i0
+    if buf.shape[0] == 0:
+        buf = np.empty(order.shape[0], dtype=order.dtype)
+    for t in range(m):
+        buf[t] = order[i0 + t]
+    i, j, o = 0, mid, i0
+    while i < m:  # once the left part is placed, the right's rest is in place
+        if j < j1 and _before(s, order[j], buf[i], by_index):
+            order[o] = order[j]
+            j += 1
+        else:
+            order[o] = buf[i]
+            i += 1
+        o += 1
+    return buf
+
+
 @njit(inline="always", cache=True)
 def _resort_desc(s, order, by_index):
     """Sort ``order`` (in-query indices) by descending ``s`` from the last call's order (an
-    unset order, ``order[0] < 0``, starts from the identity): insertion sort, O(n + moves),
-    and the merge sort :func:`argsort_desc` beyond ``8 n + 64`` moves. Ties keep their last
-    order, or, with the constant ``by_index``, go in index order."""
+    unset order, ``order[0] < 0``, starts from the identity); stable: ties keep their last
+    order, or, with the constant ``by_index``, go in index order. An insertion sort while it
+    has made at most ``8 n + 64`` moves (O(n + moves): most boosting iterations move few
+    documents far); beyond that the rest is sorted in runs of ``_RUN`` by insertion and
+    bottom-up merges (:func:`_merge`, which touch only the overlap of two runs), and merged
+    with the sorted head: O(n log n) at worst."""
     n = s.shape[0]
     if n == 0:
         return
     if order[0] < 0:
         for i in range(n):
             order[i] = i
-    cap = 8 * n + 64
-    moves = 0
-    ok = True
-    for i in range(1, n):
-        oi = order[i]
-        key = s[oi]
-        j = i
-        while j > 0:
-            p = order[j - 1]
-            sp = s[p]
-            if not (sp < key or (by_index and sp == key and p > oi)):
-                break
-            order[j] = p
-            j -= 1
-        moves += i - j
-        order[j] = oi
-        if moves > cap:
-            ok = False
-            break
-    if not ok:
-        argsort_desc(s, order)
+    head = _insertion(s, order, 0, n, by_index, 8 * n + 64)
+    if head == n:
+        return
+    for lo in range(head, n, _RUN):
+        _insertion(s, order, lo, min(lo + _RUN, n), by_index, n * n)
+    buf = order[:0]
+    width = _RUN
+    while width < n - head:
+        for lo in range(head, n - width, 2 * width):
+            buf = _merge(s, order, lo, lo + width, min(lo + 2 * width, n), buf, by_index)
+        width *= 2
+    _merge(s, order, 0, head, n, buf, by_index)
 
 
 @njit(cache=True, **_STEP)
@@ -199,35 +266,11 @@ def sort_desc_by_index(s, order):
 
 @njit(cache=True, **_STEP)
 def argsort_desc(s, out):
-    """Fill ``out`` with the indices of ``s`` by descending value, ties in index order (a
-    stable bottom-up merge sort, O(n log n); the same order as
-    ``np.argsort(-s, kind="stable")`` for finite ``s``, at a fraction of its compile time)."""
-    n = s.shape[0]
-    for i in range(n):
-        out[i] = i
-    src = out
-    dst = np.empty_like(out)
-    passes = 0
-    width = 1
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            i = lo
-            j = mid
-            for o in range(lo, hi):
-                if j >= hi or (i < mid and s[src[i]] >= s[src[j]]):
-                    dst[o] = src[i]
-                    i += 1
-                else:
-                    dst[o] = src[j]
-                    j += 1
-        src, dst = dst, src
-        passes += 1
-        width *= 2
-    if passes % 2 == 1:  # the result is in the buffer
-        for i in range(n):
-            out[i] = src[i]
+    """Fill ``out`` with the indices of ``s`` by descending value, ties in index order (the
+    same order as ``np.argsort(-s, kind="stable")`` for finite ``s``, at a fraction of its
+    compile time): :func:`sort_desc_by_index` from the identity."""
+    out[:1] = -1
+    sort_desc_by_index(s, out)
 
 
 @njit(cache=True, **_STEP)

@@ -422,6 +422,27 @@ def test_argsort_desc_is_a_stable_argsort(n):
         np.testing.assert_array_equal(out, np.argsort(-s, kind="stable"))
 
 
+@pytest.mark.parametrize("n", [1, 2, 33, 64, 65, 129, 1000, 3000])
+@pytest.mark.parametrize("shift", [0.001, 0.1, 1.0, 10.0])
+def test_resort_from_the_last_order_is_a_stable_sort(n, shift):
+    # the kernels sort each query from the order of the last call: insertion sort while
+    # few documents moved, then runs and merges; ties keep the last order
+    # (``_sort_desc``), or go in index order (``sort_desc_by_index``)
+    from approx_gbdt._pairs import _sort_desc, sort_desc_by_index
+
+    keep = numba.njit(lambda s, order: _sort_desc(s, order))
+    by_index = numba.njit(lambda s, order: sort_desc_by_index(s, order))
+    rng = np.random.default_rng([n, int(1000 * shift)])
+    for s in (rng.normal(size=n), rng.integers(0, 4, n).astype(float)):
+        last = np.argsort(-(s + rng.normal(scale=shift, size=n)), kind="stable")
+        order = last.astype(np.int32)
+        keep(s, order)
+        np.testing.assert_array_equal(order, last[np.argsort(-s[last], kind="stable")])
+        order = last.astype(np.int32)
+        by_index(s, order)
+        np.testing.assert_array_equal(order, np.argsort(-s, kind="stable"))
+
+
 def _grad_in_child(args):
     obj, s, y, ptr = args
     return obj.grad_hess(s, y, ptr)[0]
