@@ -114,9 +114,9 @@ def lambdaloss_grad_hess(s, gains, inv_z, group_ptr, weights, mu, window, normal
     ``gains``, ``inv_z`` (0 for a query without a relevant document) and ``weights`` (per
     document, or empty) as the approx kernels take them. ``order`` (int32, one per document,
     ``-1`` at first) keeps each query's sort order between calls: boosting moves the scores a
-    little per round, and re-sorting from the last order costs O(n + moves) (runs and merges
-    of their overlaps where the order is far off) where sorting afresh costs O(n log n)
-    unpredictable branches."""
+    little per round, and re-sorting from the last order costs O(n + moves) while few
+    documents move (O(n log n) at worst: runs and merges of their overlaps) where sorting
+    afresh costs O(n log n) unpredictable branches."""
     nq = group_ptr.shape[0] - 1
     m = 2
     for q in range(nq):

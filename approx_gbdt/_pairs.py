@@ -18,8 +18,8 @@ off-diagonal part (``_measure_terms``). The loops here never look at the measure
 ``v`` and ``e`` per document and return the sums, which ``_sorted_finish`` combines into the
 gradient and the Hessian approximation of ``L = -M``.
 
-Each query is sorted by score, descending (adaptive insertion sort from the previous order,
-falling back to argsort). With x_r = alpha (s_(r) - s_(0)) non-increasing, a pair r < j has
+Each query is sorted by score, descending, from the previous order (``_resort_desc``: an
+insertion sort, and beyond 8 n + 64 moves runs of 64 and merges). With x_r = alpha (s_(r) - s_(0)) non-increasing, a pair r < j has
 e_rj = exp(x_j - x_r) in (0, 1] and
 
     sig(alpha (s_j - s_r)) = e / (1 + e),   sig(alpha (s_r - s_j)) = 1 / (1 + e),   w = sig sig'.
@@ -179,9 +179,10 @@ def _insertion(s, order, lo, hi, by_index, cap):
 @njit(inline="always", cache=True)
 def _merge(s, order, lo, mid, hi, buf, by_index):
     """Merge the sorted neighbours ``order[lo:mid]`` and ``order[mid:hi]`` in place (stable),
-    touching only their overlap: the left head that goes before the right's first and the
-    right tail that goes after the left's last stay where they are (binary searches).
-    Returns the buffer, allocated (``n`` entries) when ``buf`` is empty and needed."""
+    touching only their overlap: the left head that the right's first does not go before and
+    the right tail that does not go before the left's last stay where they are (binary
+    searches). Returns the buffer, allocated (``order.shape[0]`` entries) when ``buf`` is
+    empty and needed."""
     if mid <= lo or hi <= mid:
         return buf
     first = order[mid]
@@ -239,8 +240,8 @@ def _resort_desc(s, order, by_index):
     head = _insertion(s, order, 0, n, by_index, 8 * n + 64)
     if head == n:
         return
-    for lo in range(head, n, _RUN):
-        _insertion(s, order, lo, min(lo + _RUN, n), by_index, n * n)
+    for lo in range(head, n, _RUN):  # a run never makes more than _RUN^2 / 2 moves
+        _insertion(s, order, lo, min(lo + _RUN, n), by_index, _RUN * _RUN)
     buf = order[:0]
     width = _RUN
     while width < n - head:
