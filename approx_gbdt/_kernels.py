@@ -82,6 +82,7 @@ from approx_gbdt._pairs import (
     HESS_MIXED,
     _positions_rows,
     _positions_rows_par,
+    _sort_desc,
     _sorted_bound,
     _sorted_chain,
     _sorted_chain_par,
@@ -138,6 +139,7 @@ def _positions_step(big, s, order, alpha, W, nt, gp, gt):
     windowed loops, else by those; returns whether the grid was used and the documents'
     Lagrange values on the grid (for the chain step; no rows without the grid)."""
     n = s.shape[0]
+    _sort_desc(s, order)
     _sorted_prep(s, order, alpha, W)
     grid = use_grid(W.x, W.jend, n, gp)
     lag = np.empty((n if grid else 0, _P))

@@ -261,6 +261,35 @@ def _sort_desc(s, order):
 
 
 @njit(cache=True, **_STEP)
+def _sort_desc_short(s, order):
+    """Sort ``order`` (in-query indices) by descending ``s`` from the last order, for the
+    short tier's queries (fewer than 512 documents): an insertion sort (ties keep their last
+    order) while it has made at most ``8 n + 64`` moves, else :func:`argsort_desc` afresh (ties
+    in index order; at most about 65,000 moves were left). It compiles in less than half the
+    time of :func:`_sort_desc`, whose runs and merges only long queries need."""
+    n = s.shape[0]
+    if n == 0:
+        return
+    if order[0] < 0:
+        for i in range(n):
+            order[i] = i
+    cap = 8 * n + 64
+    moves = 0
+    for i in range(1, n):
+        oi = order[i]
+        key = s[oi]
+        j = i
+        while j > 0 and s[order[j - 1]] < key:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = oi
+        moves += i - j
+        if moves > cap:
+            argsort_desc(s, order)
+            return
+
+
+@njit(cache=True, **_STEP)
 def sort_desc_by_index(s, order):
     """Sort ``order`` (in-query indices) by descending ``s``, ties in index order (the order
     of :func:`argsort_desc` for finite ``s``); adaptive, from the last order."""
@@ -654,9 +683,9 @@ _par_chain_bound = _make_par_chain(False)
 
 @njit(inline="always", cache=True)
 def _sorted_prep(s, order, alpha, W):
-    """Sort the query, gather x, build windows and exp blocks (sequential, O(n) after sort)."""
+    """Gather ``x`` of the query sorted by ``order``, build its windows and exp blocks
+    (sequential, O(n))."""
     n = s.shape[0]
-    _sort_desc(s, order)
     top = s[order[0]]
     for r in range(n):
         W.x[r] = alpha * (s[order[r]] - top)
@@ -682,7 +711,9 @@ def _positions_rows_par(n, W, nt):
 
 @njit(inline="always", cache=True)
 def _sorted_positions(s, order, alpha, W):
-    """Sorted-order positions ``W.pos`` of one query, on the calling thread."""
+    """Sorted-order positions ``W.pos`` of one short query (fewer than 512 documents), on the
+    calling thread."""
+    _sort_desc_short(s, order)
     _sorted_prep(s, order, alpha, W)
     _positions_rows(s.shape[0], W)
 

@@ -443,6 +443,27 @@ def test_resort_from_the_last_order_is_a_stable_sort(n, shift):
         np.testing.assert_array_equal(order, np.argsort(-s, kind="stable"))
 
 
+@pytest.mark.parametrize("n", [1, 2, 33, 200, 511])
+@pytest.mark.parametrize("shift", [0.001, 10.0])
+def test_short_queries_resort_from_the_last_order(n, shift):
+    # queries of the short tier: insertion sort from the last order (ties keep it) while few
+    # documents moved, else a stable sort afresh (ties in index order)
+    from approx_gbdt._pairs import _sort_desc_short
+
+    sort = numba.njit(lambda s, order: _sort_desc_short(s, order))
+    rng = np.random.default_rng([n, int(1000 * shift)])
+    for s in (rng.normal(size=n), rng.integers(0, 4, n).astype(float)):
+        last = np.argsort(-(s + rng.normal(scale=shift, size=n)), kind="stable")
+        order = last.astype(np.int32)
+        sort(s, order)
+        moves = np.sum(np.triu(s[last][None, :] > s[last][:, None]))  # inversions
+        if moves <= 8 * n + 64:
+            expect = last[np.argsort(-s[last], kind="stable")]
+        else:
+            expect = np.argsort(-s, kind="stable")
+        np.testing.assert_array_equal(order, expect)
+
+
 def _grad_in_child(args):
     obj, s, y, ptr = args
     return obj.grad_hess(s, y, ptr)[0]
