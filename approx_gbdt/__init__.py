@@ -35,6 +35,7 @@ from approx_gbdt.objectives import (
     gumbel_perturbed,
     smoothed_positions,
 )
+from approx_gbdt.precompile import precompile
 from approx_gbdt.rankboost import RankBoost
 from approx_gbdt.softrank import SoftNDCG
 from approx_gbdt.training import FitResult, fit_ranker
@@ -93,6 +94,7 @@ __all__ = [
     "mrr",
     "ndcg",
     "precision",
+    "precompile",
     "rbp",
     "recall",
     "score_queries",

@@ -7,6 +7,7 @@ Commands::
     approx-gbdt evaluate --model model.txt --data test.txt
     approx-gbdt train --train path/to/MQ2008 --out model.txt   # a LETOR folder: Fold1's splits
     approx-gbdt compare --data path/to/MQ2008   # benchmarks/quality.py (source checkout only)
+    approx-gbdt compile                   # compile every kernel ahead of use (Numba's cache)
 
 User errors (a missing or malformed file, an unknown objective or parameter, mismatched
 feature counts, NaN labels, data with nothing to rank) end with one line
@@ -21,6 +22,7 @@ import importlib.util
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -674,6 +676,25 @@ def _load_model(path):
     return "XGBoost", predict, booster.num_features()
 
 
+def cmd_compile(args):
+    from approx_gbdt._pairs import argsort_desc
+    from approx_gbdt.precompile import precompile
+
+    def show(label):
+        print(f"  {label} ...", end="", flush=True)
+
+    total = time.perf_counter()
+    seconds = precompile(long_lists=not args.short_only, all_hessians=args.all_hessians,
+                         progress=show if args.verbose else None)
+    if args.verbose:
+        print()
+    for label, sec in seconds.items():
+        print(f"{sec:7.2f} s  {label}")
+    where = getattr(getattr(argsort_desc, "_cache", None), "_cache_path", "Numba's cache")
+    print(f"Compiled kernels cached in {where} ({time.perf_counter() - total:.1f} s in all).")
+    return 0
+
+
 def cmd_evaluate(args):
     from approx_gbdt.metrics import evaluate
 
@@ -888,6 +909,25 @@ def build_parser():
     p.add_argument("--fold", default="Fold1", help="fold of a LETOR folder (Fold1)")
 
     p = sub.add_parser(
+        "compile", formatter_class=formatter,
+        help="compile every kernel ahead of use, into Numba's on-disk cache",
+        description=_wrap(
+            "Compile the kernels of approx_ndcg_obj, approx_ap_obj and the metrics for every "
+            "tier of list lengths (approx_gbdt.precompile), so that no later training run "
+            "waits for Numba's compiler: run once after installing, on the kind of machine "
+            "that trains (Numba's cache is keyed by the CPU and the versions of Python, Numba "
+            "and the package). Prints the seconds of each step and the cache's folder."
+        ),
+    )
+    p.add_argument("--short-only", action="store_true",
+                   help="only the kernels of lists under 512 documents (a few seconds, "
+                        "not a minute or two)")
+    p.add_argument("--all-hessians", action="store_true",
+                   help="also the Hessian modes of the other kind than each objective's "
+                        "default")
+    p.add_argument("--verbose", action="store_true", help="name each step as it starts")
+
+    p = sub.add_parser(
         "compare", formatter_class=formatter,
         help="quality benchmark on a LETOR folder (benchmarks/quality.py; source checkout)",
         description=_wrap(
@@ -918,6 +958,8 @@ def main(argv=None):
             return cmd_train(args)
         if args.command == "evaluate":
             return cmd_evaluate(args)
+        if args.command == "compile":
+            return cmd_compile(args)
         return cmd_compare(args, rest)
     except CLIError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
