@@ -225,7 +225,7 @@ def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, fl
     # the relevant documents and their windows first, then their sums by the grid where
     # that is cheaper, else (again, with the sums) by the windowed loops
     R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
-    if use_grid(A.ry[:R], A.rjend, R, gp):
+    if use_grid(A.ry[:R], A.jst, R, gp):  # the exact loops' pairs: those within _NEAR
         _ap_relevant_grid(big, R, A, need_exact, nt, gt)
     else:
         ap_relevant(n, W, A, order, rel_local, beta, n >= 0)

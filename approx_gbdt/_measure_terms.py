@@ -21,9 +21,11 @@ Position terms (``base``, with ``p`` the smoothed position, ``p >= 1``):
 
 ApproxAP couples its relevant documents, ``M = (1/R) sum_a q_a (1 + sum_{b != a}
 sig(beta (p_a - p_b)))`` with ``q_a = 1 / p_a``; its ``v``, ``e`` and the off-diagonal part of the
-exact Hessian diagonal are here too, over the relevant documents in sorted order, with the
-second-level sigmoids windowed like the first-level ones (same ``T``, ``beta`` in place of
-``alpha`` and ``R`` in place of ``n``).
+exact Hessian diagonal are here too, over the relevant documents in sorted order: the
+second-level sums (``sig(beta (p_a - p_b))`` and its derivatives over pairs of relevant
+documents) pair by pair where ``beta |p_a - p_b| <= _NEAR`` and by a series of exponentials,
+O(R) in all, beyond (``_ap_far``); the exact diagonal's off-diagonal part windowed like the
+first-level sums (same ``T``, ``beta`` in place of ``alpha`` and ``R`` in place of ``n``).
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ u : u_a of the off-diagonal part, for the current document k
 ts, td, tc : sum tau_ab, sum tau_ab (q_a - q_b), sum tau_ab (1 - 2 sig_ab) (q_a - q_b)
 off : off-diagonal part of the exact diagonal, per document in sorted order
 qr : 1 / pos^_a
-jst : two-sided window start of every document
+jst : two-sided window start of every document (``ap_offdiag``); before it, the near end of
+    every relevant document (``ap_relevant``)
 ridx, rjend, rbend : sorted rank of relevant a, end of its second-level window and exp block
 rcnt : number of relevant documents before sorted rank r
 isrel : 1 for a relevant document (in-query order)
@@ -207,11 +210,119 @@ def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC):
     return sa, ts, td, tc
 
 
+_NEAR = 5.0  # relevant pairs further apart than this in ``ry`` take the series (_ap_far)
+_TERMS = 8  # terms of the series (written out in _pow8 and _far_terms)
+
+
+@njit(inline="always", cache=True)
+def _pow8(r):
+    """``(r, r^2, ..., r^8)``."""
+    r2 = r * r
+    r3 = r2 * r
+    r4 = r2 * r2
+    return (r, r2, r3, r4, r4 * r, r4 * r2, r4 * r3, r4 * r4)
+
+
+@njit(inline="always", cache=True)
+def _scale8(a, p):
+    return (a[0] * p[0], a[1] * p[1], a[2] * p[2], a[3] * p[3], a[4] * p[4], a[5] * p[5],
+            a[6] * p[6], a[7] * p[7])
+
+
+@njit(inline="always", cache=True)
+def _add8(a, p, w):
+    return (a[0] + w * p[0], a[1] + w * p[1], a[2] + w * p[2], a[3] + w * p[3],
+            a[4] + w * p[4], a[5] + w * p[5], a[6] + w * p[6], a[7] + w * p[7])
+
+
+@njit(inline="always", cache=True)
+def _far_terms(a, b, q):
+    """From ``a_k = sum_j e^(k d_j)`` and ``b_k = sum_j q_j e^(k d_j)`` (``k = 1..8``, all
+    ``d_j < 0``): ``sum_j sig(d_j)``, ``sum_j sig'(d_j)``, ``sum_j sig'(d_j) (q - q_j)`` and
+    ``sum_j sig''(d_j) (q - q_j)`` by the first eight terms of their series."""
+    d = (q * a[0] - b[0], q * a[1] - b[1], q * a[2] - b[2], q * a[3] - b[3],
+         q * a[4] - b[4], q * a[5] - b[5], q * a[6] - b[6], q * a[7] - b[7])
+    s0 = a[0] - a[1] + a[2] - a[3] + a[4] - a[5] + a[6] - a[7]
+    s1 = a[0] - 2 * a[1] + 3 * a[2] - 4 * a[3] + 5 * a[4] - 6 * a[5] + 7 * a[6] - 8 * a[7]
+    t1 = d[0] - 2 * d[1] + 3 * d[2] - 4 * d[3] + 5 * d[4] - 6 * d[5] + 7 * d[6] - 8 * d[7]
+    t2 = (d[0] - 4 * d[1] + 9 * d[2] - 16 * d[3] + 25 * d[4] - 36 * d[5] + 49 * d[6]
+          - 64 * d[7])
+    return s0, s1, t1, t2
+
+
+@njit(inline="always", cache=True)
+def _exp_diff(ry, rE, rb, i, j):
+    """``e^(ry_j - ry_i)``: a quotient within one exp block, else an exponential."""
+    return rE[j] / rE[i] if rb[i] == rb[j] else math.exp(ry[j] - ry[i])
+
+
+@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
+def _ap_far(R, ry, rE, rb, Qr, ne, S, TS, TD, TC):
+    """Adds to the second-level sums the terms of the far pairs of relevant documents, ``a``
+    before ``b`` in sorted order with ``b >= ne[a]`` (``ne`` non-decreasing, where the exact
+    loops stopped: ``d = ry_b - ry_a < -_NEAR``), by the series
+
+        sig(d) = sum_k (-1)^(k+1) e^(k d),   sig'(d) = sum_k (-1)^(k+1) k e^(k d),
+        sig''(d) = sum_k (-1)^(k+1) k^2 e^(k d)        (k = 1, 2, ..., for d < 0)
+
+    with ``e^(k d) = e^(k ry_b) e^(-k ry_a)``: each document's far partners enter as running
+    sums of ``e^(k d)`` and ``q e^(k d)`` (``q = Qr``), carried from one document to the next by
+    the factors ``e^(k (ry_next - ry))`` (at most 1), the partners that become far added as
+    they do. A row ``a`` gains ``sig``, ``sig'``, ``sig' (q_a - q_b)`` and
+    ``sig'' (q_a - q_b)`` of ``d`` summed over its far ``b`` (``S``, ``TS``, ``TD``, ``TC``), a
+    column ``b`` loses or gains the same of its far ``a`` as :func:`_ap_seg` does. O(R) with
+    ``_TERMS`` (8) terms, where the windowed loops took every pair within ``T``. The terms left
+    out are at most ``(_TERMS + 1)^2 e^(-(_TERMS + 1) _NEAR)`` (below 3.5e-16 of the smallest
+    far term ``e^-_NEAR``); the pairs beyond ``T``, which the windowed loops count as
+    saturated, are in the sums too (each below 1e-16)."""
+    z = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    # rows, last to first: the far partners of row a are [ne[a], R)
+    a1, aq = z, z
+    j = R
+    for a in range(R - 1, -1, -1):
+        if j < R:
+            p = _pow8(_exp_diff(ry, rE, rb, a, a + 1))
+            a1 = _scale8(a1, p)
+            aq = _scale8(aq, p)
+        while j > ne[a]:
+            j -= 1
+            p = _pow8(_exp_diff(ry, rE, rb, a, j))
+            a1 = _add8(a1, p, 1.0)
+            aq = _add8(aq, p, Qr[j])
+        if j < R:
+            s0, s1, t1, t2 = _far_terms(a1, aq, Qr[a])
+            S[a] += s0
+            TS[a] += s1
+            TD[a] += t1
+            TC[a] += t2
+    # columns, first to last: the far partners of column b are [0, i), those with ne <= b
+    a1, aq = z, z
+    i = 0
+    for b in range(R):
+        if i > 0:
+            p = _pow8(_exp_diff(ry, rE, rb, b - 1, b))
+            a1 = _scale8(a1, p)
+            aq = _scale8(aq, p)
+        while i < b and ne[i] <= b:
+            p = _pow8(_exp_diff(ry, rE, rb, i, b))
+            a1 = _add8(a1, p, 1.0)
+            aq = _add8(aq, p, Qr[i])
+            i += 1
+        if i > 0:
+            # with q_a - q_b = -(q_b - q_a): the row's sums at q_b, signs of TD and TC turned
+            s0, s1, t1, t2 = _far_terms(a1, aq, Qr[b])
+            S[b] -= s0
+            TS[b] += s1
+            TD[b] += t1
+            TC[b] -= t2
+
+
 @njit(cache=True, **_STEP)
 def ap_relevant(n, W, A, order, rel_local, beta, sums):
-    """Relevant documents in sorted order, their ``ry``, ``qr`` and second-level windows and,
-    when ``sums``, their second-level sums (``s``, ``ts``, ``td``, ``tc``) by the windowed
-    loops; returns R."""
+    """Relevant documents in sorted order, their ``ry``, ``qr``, second-level windows and near
+    ends and, when ``sums``, their second-level sums (``s``, ``ts``, ``td``, ``tc``): the pairs
+    within ``_NEAR`` of each other in ``ry`` by the exact loops, the others by the series
+    (:func:`_ap_far`); returns R."""
     isrel = A.isrel[:n]
     for r in range(n):
         isrel[r] = 0
@@ -248,10 +359,19 @@ def ap_relevant(n, W, A, order, rel_local, beta, sums):
         TD[a] = 0.0
         TC[a] = 0.0
     _windows(ry, rE, rj, rb)
+    # near ends: the pairs of a with b < ne[a] are within _NEAR (the exact loops), the others
+    # far (the series, _ap_far)
+    ne = A.jst[:R]
+    j1 = 0
+    for a in range(R):
+        j1 = max(j1, a + 1)
+        while j1 < R and ry[a] - ry[j1] <= _NEAR:
+            j1 += 1
+        ne[a] = j1
     if not sums:
         return R
     for a in range(R):
-        j1 = rj[a]
+        j1 = ne[a]
         bb = rb[a]
         m = j1 if j1 < bb else bb
         Qa = Qr[a]
@@ -267,6 +387,7 @@ def ap_relevant(n, W, A, order, rel_local, beta, sums):
         TS[a] += ts
         TD[a] += td
         TC[a] += tc
+    _ap_far(R, ry, rE, rb, Qr, ne, S, TS, TD, TC)
     return R
 
 

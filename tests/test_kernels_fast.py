@@ -29,7 +29,7 @@ from approx_gbdt import _reference as R
 from approx_gbdt._pairs import need_exact_parts
 from approx_gbdt._small import _SPREAD
 from approx_gbdt.hosts import doc_weights
-from approx_gbdt.objectives import HESSIANS, ApproxAP, ApproxNDCG
+from approx_gbdt.objectives import HESSIANS, ApproxAP, ApproxNDCG, smoothed_positions
 
 MODES = ["exact", "bound", "abs", "mixed", "constant"]
 ET = math.exp(-K._T)
@@ -420,6 +420,34 @@ def test_argsort_desc_is_a_stable_argsort(n):
         out = np.empty(n, dtype=np.int32)
         sort(s, out)
         np.testing.assert_array_equal(out, np.argsort(-s, kind="stable"))
+
+
+@pytest.mark.parametrize("beta", [0.3, 2.0, 50.0])
+@pytest.mark.parametrize("mode", ["bound", "exact"])
+def test_ap_far_relevant_pairs_by_the_series(beta, mode):
+    # ApproxAP's second-level sums: the pairs of relevant documents within _NEAR of each
+    # other in beta-scaled positions by the windowed loops, the others by the series of
+    # _measure_terms._ap_far; queries of the grid's tier (long) and of the windowed short tier
+    # (widely spread scores) with both kinds of pairs, against the reference
+    from approx_gbdt._measure_terms import _NEAR
+
+    rng = np.random.default_rng(int(10 * beta))
+    sizes = np.array([400, 1200, 300])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    s = np.concatenate([rng.normal(size=1600), 30.0 * rng.normal(size=300)])
+    y = (rng.random(n) < 0.2).astype(float)
+    obj = ApproxAP(hessian=mode, beta=beta)
+    pos = smoothed_positions(s, ptr, alpha=obj.alpha)
+    near = far = 0
+    for q in range(len(sizes)):
+        a, b = ptr[q], ptr[q + 1]
+        x = -beta * np.sort(pos[a:b][y[a:b] > 0])
+        gaps = np.abs(x[:, None] - x[None, :])[np.triu_indices(x.size, 1)]
+        near += int(np.sum(gaps <= _NEAR))
+        far += int(np.sum(gaps > _NEAR))
+    assert near > 0 and far > 1000, (near, far)
+    _compare(obj, s, y, ptr, mode)
 
 
 @pytest.mark.parametrize("n", [1, 2, 33, 64, 65, 129, 1000, 3000])
