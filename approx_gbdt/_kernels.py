@@ -60,6 +60,7 @@ from approx_gbdt._measure_terms import (
     TERM_LOG,
     ap_offdiag,
     ap_relevant,
+    ap_relevant_sums,
     ap_small,
     ap_value_sum,
     ap_ve,
@@ -223,12 +224,12 @@ def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, fl
     n = s.shape[0]
     grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
     # the relevant documents and their windows first, then their sums by the grid where
-    # that is cheaper, else (again, with the sums) by the windowed loops
+    # that is cheaper, else by the near pairs' loops and the far pairs' series
     R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
     if use_grid(A.ry[:R], A.jst, R, gp):  # the exact loops' pairs: those within _NEAR
         _ap_relevant_grid(big, R, A, need_exact, nt, gt)
     else:
-        ap_relevant(n, W, A, order, rel_local, beta, n >= 0)
+        ap_relevant_sums(R, A)
     if job == JOB_VALUE:
         return ap_value_sum(R, A, iz)
     ap_ve(n, R, W, A, beta, iz)

@@ -368,8 +368,25 @@ def ap_relevant(n, W, A, order, rel_local, beta, sums):
         while j1 < R and ry[a] - ry[j1] <= _NEAR:
             j1 += 1
         ne[a] = j1
-    if not sums:
-        return R
+    if sums:
+        ap_relevant_sums(R, A)
+    return R
+
+
+@njit(cache=True, **_STEP)
+def ap_relevant_sums(R, A):
+    """The second-level sums (``s``, ``ts``, ``td``, ``tc``) of the ``R`` relevant documents
+    that :func:`ap_relevant` prepared: the pairs within ``_NEAR`` of each other in ``ry`` by
+    the exact loops, the others by the series (:func:`_ap_far`)."""
+    ry = A.ry[:R]
+    rE = A.re[:R]
+    Qr = A.qr[:R]
+    S = A.s[:R]
+    TS = A.ts[:R]
+    TD = A.td[:R]
+    TC = A.tc[:R]
+    rb = A.rbend[:R]
+    ne = A.jst[:R]
     for a in range(R):
         j1 = ne[a]
         bb = rb[a]
@@ -388,7 +405,6 @@ def ap_relevant(n, W, A, order, rel_local, beta, sums):
         TD[a] += td
         TC[a] += tc
     _ap_far(R, ry, rE, rb, Qr, ne, S, TS, TD, TC)
-    return R
 
 
 @njit(cache=True, **_STEP)
