@@ -214,7 +214,7 @@ _NEAR = 5.0  # relevant pairs further apart than this in ``ry`` take the series 
 _TERMS = 8  # terms of the series (written out in _pow8 and _far_terms)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, **_STEP)
 def _pow8(r):
     """``(r, r^2, ..., r^8)``."""
     r2 = r * r
@@ -223,19 +223,19 @@ def _pow8(r):
     return (r, r2, r3, r4, r4 * r, r4 * r2, r4 * r3, r4 * r4)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, **_STEP)
 def _scale8(a, p):
     return (a[0] * p[0], a[1] * p[1], a[2] * p[2], a[3] * p[3], a[4] * p[4], a[5] * p[5],
             a[6] * p[6], a[7] * p[7])
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, **_STEP)
 def _add8(a, p, w):
     return (a[0] + w * p[0], a[1] + w * p[1], a[2] + w * p[2], a[3] + w * p[3],
             a[4] + w * p[4], a[5] + w * p[5], a[6] + w * p[6], a[7] + w * p[7])
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, **_STEP)
 def _far_terms(a, b, q):
     """From ``a_k = sum_j e^(k d_j)`` and ``b_k = sum_j q_j e^(k d_j)`` (``k = 1..8``, all
     ``d_j < 0``): ``sum_j sig(d_j)``, ``sum_j sig'(d_j)``, ``sum_j sig'(d_j) (q - q_j)`` and
@@ -250,7 +250,7 @@ def _far_terms(a, b, q):
     return s0, s1, t1, t2
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, **_STEP)
 def _exp_diff(ry, rE, rb, i, j):
     """``e^(ry_j - ry_i)``: a quotient within one exp block, else an exponential."""
     return rE[j] / rE[i] if rb[i] == rb[j] else math.exp(ry[j] - ry[i])
@@ -271,10 +271,10 @@ def _ap_far(R, ry, rE, rb, Qr, ne, S, TS, TD, TC):
     they do. A row ``a`` gains ``sig``, ``sig'``, ``sig' (q_a - q_b)`` and
     ``sig'' (q_a - q_b)`` of ``d`` summed over its far ``b`` (``S``, ``TS``, ``TD``, ``TC``), a
     column ``b`` loses or gains the same of its far ``a`` as :func:`_ap_seg` does. O(R) with
-    ``_TERMS`` (8) terms, where the windowed loops took every pair within ``T``. The terms left
+    ``_TERMS`` (8) terms instead of O(pairs within ``T``). The terms left
     out are at most ``(_TERMS + 1)^2 e^(-(_TERMS + 1) _NEAR)`` (below 3.5e-16 of the smallest
-    far term ``e^-_NEAR``); the pairs beyond ``T``, which the windowed loops count as
-    saturated, are in the sums too (each below 1e-16)."""
+    far term ``e^-_NEAR``); the pairs beyond ``T`` are in the sums too (each below
+    1e-16)."""
     z = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     # rows, last to first: the far partners of row a are [ne[a], R)
     a1, aq = z, z
