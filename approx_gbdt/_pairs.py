@@ -18,8 +18,9 @@ off-diagonal part (``_measure_terms``). The loops here never look at the measure
 ``v`` and ``e`` per document and return the sums, which ``_sorted_finish`` combines into the
 gradient and the Hessian approximation of ``L = -M``.
 
-Each query is sorted by score, descending, from the previous order (``_resort_desc``: an
-insertion sort, and beyond 8 n + 64 moves runs of 64 and merges). With
+Each query is sorted by score, descending, from the previous order (an insertion sort; beyond
+8 n + 64 moves, runs of 64 and merges in the long tiers, ``_resort_desc``, and a merge sort
+afresh in the short tier, ``_sort_desc_short``). With
 x_r = alpha (s_(r) - s_(0)) non-increasing, a pair r < j has e_rj = exp(x_j - x_r) in (0, 1]
 and
 
@@ -47,8 +48,8 @@ and
    (``_kernels.split_at``) are split across threads by row chunks (thread-private column
    sums, reduced afterwards: O(threads n) memory); the other queries run one per thread,
    with per-thread scratch allocated once per call. Nothing of size n is allocated per
-   iteration except the returned gradient and Hessian; the sort order persists between
-   iterations in ``order``.
+   iteration except the returned gradient and Hessian (and the buffer of a sort beyond its
+   insertion sort's cap); the sort order persists between iterations in ``order``.
 """
 
 from __future__ import annotations
@@ -263,10 +264,10 @@ def _sort_desc(s, order):
 @njit(cache=True, **_STEP)
 def _sort_desc_short(s, order):
     """Sort ``order`` (in-query indices) by descending ``s`` from the last order, for the
-    short tier's queries (fewer than 512 documents): an insertion sort (ties keep their last
-    order) while it has made at most ``8 n + 64`` moves, else :func:`argsort_desc` afresh (ties
-    in index order; at most about 65,000 moves were left). It compiles in less than half the
-    time of :func:`_sort_desc`, whose runs and merges only long queries need."""
+    short tier's queries (below ``GRID_MIN_N``, 512 documents, unless the grid is off): an
+    insertion sort (ties keep their last order) while it has made at most ``8 n + 64`` moves,
+    else :func:`argsort_desc` afresh (ties in index order; O(n log n)). It compiles in less
+    than half the time of :func:`_sort_desc`, whose runs and merges only long queries need."""
     n = s.shape[0]
     if n == 0:
         return
@@ -711,8 +712,8 @@ def _positions_rows_par(n, W, nt):
 
 @njit(inline="always", cache=True)
 def _sorted_positions(s, order, alpha, W):
-    """Sorted-order positions ``W.pos`` of one short query (fewer than 512 documents), on the
-    calling thread."""
+    """Sorted-order positions ``W.pos`` of one query of the short tier, on the calling
+    thread."""
     _sort_desc_short(s, order)
     _sorted_prep(s, order, alpha, W)
     _positions_rows(s.shape[0], W)

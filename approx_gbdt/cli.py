@@ -7,7 +7,7 @@ Commands::
     approx-gbdt evaluate --model model.txt --data test.txt
     approx-gbdt train --train path/to/MQ2008 --out model.txt   # a LETOR folder: Fold1's splits
     approx-gbdt compare --data path/to/MQ2008   # benchmarks/quality.py (source checkout only)
-    approx-gbdt compile                   # compile every kernel ahead of use (Numba's cache)
+    approx-gbdt compile                   # compile the objectives' kernels ahead of use
 
 User errors (a missing or malformed file, an unknown objective or parameter, mismatched
 feature counts, NaN labels, data with nothing to rank) end with one line
@@ -910,18 +910,19 @@ def build_parser():
 
     p = sub.add_parser(
         "compile", formatter_class=formatter,
-        help="compile every kernel ahead of use, into Numba's on-disk cache",
+        help="compile the objectives' and metrics' kernels ahead of use (Numba's cache)",
         description=_wrap(
             "Compile the kernels of approx_ndcg_obj, approx_ap_obj and the metrics for every "
-            "tier of list lengths (approx_gbdt.precompile), so that no later training run "
-            "waits for Numba's compiler: run once after installing, on the kind of machine "
+            "tier of list lengths (approx_gbdt.precompile), so that later training runs with "
+            "them do not wait for Numba's compiler: run once after installing, on the kind "
+            "of machine "
             "that trains (Numba's cache is keyed by the CPU and the versions of Python, Numba "
             "and the package). Prints the seconds of each step and the cache's folder."
         ),
     )
     p.add_argument("--short-only", action="store_true",
-                   help="only the kernels of lists under 512 documents (a few seconds, "
-                        "not a minute or two)")
+                   help="only the kernels of lists under 512 documents (about 15 s, not "
+                        "about 70 s)")
     p.add_argument("--all-hessians", action="store_true",
                    help="also the Hessian modes of the other kind than each objective's "
                         "default")

@@ -40,7 +40,7 @@ def _steps(long_lists, all_hessians, threads):
     # lists of 128 to 511 documents whose scores are spread so far (alpha times their range
     # about 1,000) that most pairs are saturated take the windowed loops
     wide = _lists([10] * 100 + [400] * 5, scale=20.0, seed=2)
-    grid = _lists([1000, 2000], scale=1.0, seed=3)  # one list per thread, on the grid
+    grid = _lists([1000, 2000], scale=1.0, seed=3)  # the grid's tier
     split = _lists([10_000], scale=1.0, seed=4)  # its rows split across the threads
     data = [("lists under 512 documents", short),
             ("lists under 512 documents, widely spread scores", wide)]

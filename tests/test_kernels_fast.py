@@ -435,7 +435,9 @@ def test_ap_far_relevant_pairs_by_the_series(beta, mode):
     sizes = np.array([400, 1200, 300])
     ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(ptr[-1])
-    s = np.concatenate([rng.normal(size=1600), 30.0 * rng.normal(size=300)])
+    # the short lists widely spread (the windowed loops, not the direct ones)
+    s = np.concatenate([30.0 * rng.normal(size=400), rng.normal(size=1200),
+                        30.0 * rng.normal(size=300)])
     y = (rng.random(n) < 0.2).astype(float)
     obj = ApproxAP(hessian=mode, beta=beta)
     pos = smoothed_positions(s, ptr, alpha=obj.alpha)
