@@ -196,61 +196,79 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
         _sorted_chain(n, W, need_exact)
 
 
-@njit(inline="always", cache=True)
-def _query(job, big, need_exact, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor,
-           constant, normalize, grad, hess, pos, order, W, nt, gp, gt):
+# The per-query functions of the long blocks are compiled apart from the blocks (one function
+# per block variant), not inlined into them: Numba copies an inlined function's whole body at
+# its call site at a cost that grows with the square of its size, which made about 3 s of a
+# first call of ApproxAP on long queries. ``big`` and ``need_exact`` are constants of each
+# compiled function (closure variables, whose other branches Numba removes before typing), as
+# they are of the blocks. Flags as the blocks' (Numba's defaults), set here because a function
+# compiled for a compiled caller would otherwise take the caller's.
+_QUERY_FLAGS = {"cache": True, "fastmath": False, "error_model": "python", **_STEP}
+
+
+def _make_query(big, need_exact):
     """One query of a separable measure (or only its positions), every step; ``big`` splits
-    the pair loops across ``nt`` threads; ``need_exact`` is the block's constant (whether
-    ``mode`` needs the exact diagonal's sums)."""
-    n = s.shape[0]
-    grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
-    if job == JOB_POSITIONS:
-        for r in range(n):
-            pos[order[r]] = W.pos[r]
-    else:
-        separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
-        # the class split of the bound needs v monotone within a gain class (no top-k)
-        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
-                    W.v[:0], nt, gt, lag)
-        _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
-                       W.v[:0], wts, grad, hess)
+    the pair loops across ``nt`` threads; ``need_exact``: whether ``mode`` needs the exact
+    diagonal's sums."""
+
+    def query(job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
+              normalize, grad, hess, pos, order, W, nt, gp, gt):
+        n = s.shape[0]
+        grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
+        if job == JOB_POSITIONS:
+            for r in range(n):
+                pos[order[r]] = W.pos[r]
+        else:
+            separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
+            # the class split of the bound needs v monotone within a gain class (no top-k)
+            _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
+                        W.v[:0], nt, gt, lag)
+            _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
+                           W.v[:0], wts, grad, hess)
+
+    name = "_split_query" if big else "_long_query"
+    return njit(**_QUERY_FLAGS)(_variant_named(query, name, need_exact))
 
 
-@njit(inline="always", cache=True)
-def _query_ap(job, big, need_exact, s, iz, rel_local, wts, alpha, beta, mode, floor, constant,
-              normalize, grad, hess, order, W, A, Hc, nt, gp, gt):
-    """One query of ApproxAP, every step (``big`` and ``need_exact`` as in :func:`_query`).
-    Returns the query's value for ``JOB_VALUE``."""
-    n = s.shape[0]
-    grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
-    # the relevant documents and their windows first, then their sums by the grid where
-    # that is cheaper, else by the near pairs' loops and the far pairs' series
-    R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
-    if use_grid(A.ry[:R], A.jst, R, gp):  # the exact loops' pairs: those within _NEAR
-        _ap_relevant_grid(big, R, A, need_exact, nt, gt)
-    else:
-        ap_relevant_sums(R, A)
-    if job == JOB_VALUE:
-        return ap_value_sum(R, A, iz)
-    ap_ve(n, R, W, A, beta, iz)
-    need_bound = _need_bound(mode)
-    # ApproxAP's v is coupled, not monotone within a class: the grid's class split does not
-    # apply; its bound comes from _ap_grid_bound where that is cheaper than the exact chain.
-    # (``n < 0`` is False as a run-time value: a literal False would compile the callee once
-    # more.)
-    S = _relevant_part(n, W, A, R if grid and need_bound else 0)
-    bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, S.jend[:R], gp)
-    # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd)
-    av = np.empty(n if bound_grid else 0)
-    for r in range(av.shape[0]):
-        av[r] = abs(W.v[r])
-    _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
-                need_bound and not bound_grid, n < 0, W.v, order, av, nt, gt, lag)
-    if bound_grid:
-        _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt)
-    _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
-               need_exact, wts, grad, hess)
-    return 0.0
+def _make_query_ap(big, need_exact):
+    """One query of ApproxAP, every step (``big`` and ``need_exact`` as in
+    :func:`_make_query`); returns the query's value for ``JOB_VALUE``."""
+
+    def query_ap(job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
+                 grad, hess, order, W, A, Hc, nt, gp, gt):
+        n = s.shape[0]
+        grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
+        # the relevant documents and their windows first, then their sums by the grid where
+        # that is cheaper, else by the near pairs' loops and the far pairs' series
+        R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
+        if use_grid(A.ry[:R], A.jst, R, gp):  # the exact loops' pairs: those within _NEAR
+            _ap_relevant_grid(big, R, A, need_exact, nt, gt)
+        else:
+            ap_relevant_sums(R, A)
+        if job == JOB_VALUE:
+            return ap_value_sum(R, A, iz)
+        ap_ve(n, R, W, A, beta, iz)
+        need_bound = _need_bound(mode)
+        # ApproxAP's v is coupled, not monotone within a class: the grid's class split does not
+        # apply; its bound comes from _ap_grid_bound where that is cheaper than the exact chain.
+        # (``n < 0`` is False as a run-time value: a literal False would compile the callee once
+        # more.)
+        S = _relevant_part(n, W, A, R if grid and need_bound else 0)
+        bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, S.jend[:R], gp)
+        # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd)
+        av = np.empty(n if bound_grid else 0)
+        for r in range(av.shape[0]):
+            av[r] = abs(W.v[r])
+        _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
+                    need_bound and not bound_grid, n < 0, W.v, order, av, nt, gt, lag)
+        if bound_grid:
+            _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt)
+        _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
+                   need_exact, wts, grad, hess)
+        return 0.0
+
+    name = "_split_query_ap" if big else "_long_query_ap"
+    return njit(**_QUERY_FLAGS)(_variant_named(query_ap, name, need_exact))
 
 
 @njit(inline="always", cache=True)
@@ -455,10 +473,11 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 
 # A chunk of a tier (see ``_schedule``): the queries q0..q1-1 of lo to hi - 1 documents, one at
 # a time, with work space allocated once for the chunk. The short tier's blocks run a query's
-# steps by the exact windowed loops only, the long tiers' call ``_query*`` (grid where cheaper;
-# rows split across ``nt`` threads when ``big``): separate functions, so that the short tier
-# compiles without the grid, and the one-per-thread tier without the row split's parallel
-# loops (``big`` is a constant of each long block; the steps that take it are inlined).
+# steps by the exact windowed loops only, the long tiers' call their per-query function
+# (``_make_query*``: grid where cheaper; rows split across ``nt`` threads when ``big``):
+# separate functions, so that the short tier compiles without the grid, and the
+# one-per-thread tier without the row split's parallel loops (``big`` is a constant of each
+# long block and of its per-query function; the steps that take it are inlined there).
 #
 # Compile time (a new user's first call) shapes these functions. Flags reach the compiled
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
@@ -593,6 +612,8 @@ def _make_long_block(big, exact):
     of the compiled function, so that data without queries of the row split never compiles
     its parallel loops, and a first call compiles only the pair loops its mode uses."""
 
+    query = _make_query(big, exact)
+
     def long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                    theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, nt,
                    gp, gt):
@@ -600,9 +621,9 @@ def _make_long_block(big, exact):
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a >= 0:
-                _query(job, big, exact, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k,
-                       beta, theta, mode, floor, constant, normalize, grad[a:b], hess[a:b],
-                       pos[a:b], order[a:b], W, nt, gp, gt)
+                query(job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta, mode,
+                      floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b], order[a:b],
+                      W, nt, gp, gt)
 
     return njit(nogil=True, cache=True, **_ENTRY)(
         _variant_named(long_block, "_split_block" if big else "_long_block", exact))
@@ -658,6 +679,8 @@ def _make_long_block_ap(big, exact):
     """ApproxAP's blocks of long queries (``_long_block_ap_*``, ``_split_block_ap_*``), as
     :func:`_make_long_block`."""
 
+    query_ap = _make_query_ap(big, exact)
+
     def long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                       mode, floor, constant, normalize, grad, hess, out, order, lo, hi, nt, gp,
                       gt):
@@ -665,10 +688,9 @@ def _make_long_block_ap(big, exact):
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a >= 0:
-                out[q] = _query_ap(job, big, exact, s[a:b], inv_z[q],
-                                   rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
-                                   floor, constant, normalize, grad[a:b], hess[a:b], order[a:b],
-                                   W, A, Hc, nt, gp, gt)
+                out[q] = query_ap(job, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
+                                  w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
+                                  hess[a:b], order[a:b], W, A, Hc, nt, gp, gt)
 
     return njit(nogil=True, cache=True, **_ENTRY)(
         _variant_named(long_block_ap, "_split_block_ap" if big else "_long_block_ap", exact))
@@ -825,7 +847,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
       diagonal's sums; else 0;
     - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
       per thread by the exact windowed loops (:func:`_make_short_block`);
-    - ``short <= n < split``: one query per thread, grid where it is cheaper (:func:`_query`);
+    - ``short <= n < split``: one query per thread, grid where it is cheaper (:func:`_make_query`);
     - ``n >= split``: one query after the other, rows split across the threads. ``split``
       (:func:`split_at`) is at least ``par_min``, and higher where there are enough long
       queries to keep every thread busy one query each (``split_share``).

@@ -330,7 +330,9 @@ def ap_relevant(n, W, A, order, rel_local, beta, sums):
         isrel[idx] = 1
     ridx = A.ridx
     rcnt = A.rcnt
-    R = 0
+    # int64, not a literal 0: typing the loop would otherwise resolve the call below once
+    # with R = 0 known and compile ap_relevant_sums (and the series) a second time
+    R = np.int64(0)
     for r in range(n):
         rcnt[r] = R
         if isrel[order[r]] != 0:
