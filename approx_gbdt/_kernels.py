@@ -271,6 +271,53 @@ def _make_query_ap(big, need_exact):
     return njit(**_QUERY_FLAGS)(_variant_named(query_ap, name, need_exact))
 
 
+
+# Module globals, not closure variables of the blocks: Numba keys a closure's cache entry by a
+# hash of its closure variables, and a compiled function's pickled form differs from process
+# to process, so every process would compile a block that held its per-query function.
+_long_query_bound = _make_query(False, False)
+_long_query_exact = _make_query(False, True)
+_split_query_bound = _make_query(True, False)
+_split_query_exact = _make_query(True, True)
+_long_query_ap_bound = _make_query_ap(False, False)
+_long_query_ap_exact = _make_query_ap(False, True)
+_split_query_ap_bound = _make_query_ap(True, False)
+_split_query_ap_exact = _make_query_ap(True, True)
+
+
+@njit(inline="always", cache=True)
+def _query(big, need_exact, job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor,
+           constant, normalize, grad, hess, pos, order, W, nt, gp, gt):
+    """The per-query function of a long block's variant (``big`` and ``need_exact`` the
+    block's constants: Numba removes the other calls before typing)."""
+    args = (job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
+            normalize, grad, hess, pos, order, W, nt, gp, gt)
+    if big:
+        if need_exact:
+            _split_query_exact(*args)
+        else:
+            _split_query_bound(*args)
+    elif need_exact:
+        _long_query_exact(*args)
+    else:
+        _long_query_bound(*args)
+
+
+@njit(inline="always", cache=True)
+def _query_ap(big, need_exact, job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant,
+              normalize, grad, hess, order, W, A, Hc, nt, gp, gt):
+    """ApproxAP's :func:`_query`; returns the query's value for ``JOB_VALUE``."""
+    args = (job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize, grad,
+            hess, order, W, A, Hc, nt, gp, gt)
+    if big:
+        if need_exact:
+            return _split_query_ap_exact(*args)
+        return _split_query_ap_bound(*args)
+    if need_exact:
+        return _long_query_ap_exact(*args)
+    return _long_query_ap_bound(*args)
+
+
 @njit(inline="always", cache=True)
 def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
     """ApproxAP's second-level sums of a query's ``R`` relevant documents (``A.s``, ``A.ts``,
@@ -612,8 +659,6 @@ def _make_long_block(big, exact):
     of the compiled function, so that data without queries of the row split never compiles
     its parallel loops, and a first call compiles only the pair loops its mode uses."""
 
-    query = _make_query(big, exact)
-
     def long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
                    theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, nt,
                    gp, gt):
@@ -621,9 +666,9 @@ def _make_long_block(big, exact):
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a >= 0:
-                query(job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k, beta, theta, mode,
-                      floor, constant, normalize, grad[a:b], hess[a:b], pos[a:b], order[a:b],
-                      W, nt, gp, gt)
+                _query(big, exact, job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k,
+                       beta, theta, mode, floor, constant, normalize, grad[a:b], hess[a:b],
+                       pos[a:b], order[a:b], W, nt, gp, gt)
 
     return njit(nogil=True, cache=True, **_ENTRY)(
         _variant_named(long_block, "_split_block" if big else "_long_block", exact))
@@ -679,8 +724,6 @@ def _make_long_block_ap(big, exact):
     """ApproxAP's blocks of long queries (``_long_block_ap_*``, ``_split_block_ap_*``), as
     :func:`_make_long_block`."""
 
-    query_ap = _make_query_ap(big, exact)
-
     def long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
                       mode, floor, constant, normalize, grad, hess, out, order, lo, hi, nt, gp,
                       gt):
@@ -688,9 +731,10 @@ def _make_long_block_ap(big, exact):
         for q in range(q0, q1):
             a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a >= 0:
-                out[q] = query_ap(job, s[a:b], inv_z[q], rel_idx[rel_ptr[q]:rel_ptr[q + 1]],
-                                  w_q, alpha, beta, mode, floor, constant, normalize, grad[a:b],
-                                  hess[a:b], order[a:b], W, A, Hc, nt, gp, gt)
+                out[q] = _query_ap(big, exact, job, s[a:b], inv_z[q],
+                                   rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
+                                   floor, constant, normalize, grad[a:b], hess[a:b], order[a:b],
+                                   W, A, Hc, nt, gp, gt)
 
     return njit(nogil=True, cache=True, **_ENTRY)(
         _variant_named(long_block_ap, "_split_block_ap" if big else "_long_block_ap", exact))

@@ -73,3 +73,26 @@ def test_after_compile_a_users_first_calls_compile_nothing(tmp_path):
     # the control: with an empty cache the same calls compile kernels
     count, line = _compiled(tmp_path / "empty")
     assert count > 0, line
+
+
+def test_no_compiled_function_holds_another_in_its_closure():
+    """Numba keys the cache entry of a function made by a factory (a closure) by a hash of its
+    closure variables; a compiled function pickles differently in every process, so a closure
+    that held one would be compiled again by every process, never loaded from the cache."""
+    import importlib
+    import pkgutil
+
+    from numba.core.registry import CPUDispatcher
+
+    import approx_gbdt
+
+    seen = 0
+    for mod in pkgutil.iter_modules(approx_gbdt.__path__):
+        module = importlib.import_module(f"approx_gbdt.{mod.name}")
+        for name, obj in vars(module).items():
+            if not isinstance(obj, CPUDispatcher) or obj.py_func.__closure__ is None:
+                continue
+            seen += 1
+            held = [c.cell_contents for c in obj.py_func.__closure__]
+            assert not any(isinstance(c, CPUDispatcher) for c in held), (mod.name, name)
+    assert seen >= 8  # the kernels' block variants are closures
