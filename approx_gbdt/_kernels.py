@@ -198,11 +198,12 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
 
 # The per-query functions of the long blocks are compiled apart from the blocks (one function
 # per block variant), not inlined into them: Numba copies an inlined function's whole body at
-# its call site at a cost that grows with the square of its size, which made about 3 s of a
-# first call of ApproxAP on long queries. ``big`` and ``need_exact`` are constants of each
-# compiled function (closure variables, whose other branches Numba removes before typing), as
-# they are of the blocks. Flags as the blocks' (Numba's defaults), set here because a function
-# compiled for a compiled caller would otherwise take the caller's.
+# its call site at a cost that grows with the square of its size: inlined into the block,
+# ApproxAP's would add about 2 s of Numba's inlining to a first call on long queries. ``big``
+# and ``need_exact`` are constants of each compiled function (closure variables, whose other
+# branches Numba removes before typing), as they are of the blocks. Flags as the blocks'
+# (Numba's defaults), set here because a function compiled for a compiled caller would
+# otherwise take the caller's.
 _QUERY_FLAGS = {"cache": True, "fastmath": False, "error_model": "python", **_STEP}
 
 
@@ -269,7 +270,6 @@ def _make_query_ap(big, need_exact):
 
     name = "_split_query_ap" if big else "_long_query_ap"
     return njit(**_QUERY_FLAGS)(_variant_named(query_ap, name, need_exact))
-
 
 
 # Module globals, not closure variables of the blocks: Numba keys a closure's cache entry by a

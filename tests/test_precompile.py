@@ -75,10 +75,11 @@ def test_after_compile_a_users_first_calls_compile_nothing(tmp_path):
     assert count > 0, line
 
 
-def test_no_compiled_function_holds_another_in_its_closure():
+def test_compiled_closures_hold_only_plain_constants():
     """Numba keys the cache entry of a function made by a factory (a closure) by a hash of its
-    closure variables; a compiled function pickles differently in every process, so a closure
-    that held one would be compiled again by every process, never loaded from the cache."""
+    pickled closure variables; a compiled function, for one, pickles differently in every
+    process, so a closure that held one would be compiled again by every process, never
+    loaded from the cache. The factories' closures hold flags and numbers only."""
     import importlib
     import pkgutil
 
@@ -88,11 +89,15 @@ def test_no_compiled_function_holds_another_in_its_closure():
 
     seen = 0
     for mod in pkgutil.iter_modules(approx_gbdt.__path__):
-        module = importlib.import_module(f"approx_gbdt.{mod.name}")
+        try:
+            module = importlib.import_module(f"approx_gbdt.{mod.name}")
+        except ImportError:  # an optional extra (torch) that is not installed
+            continue
         for name, obj in vars(module).items():
             if not isinstance(obj, CPUDispatcher) or obj.py_func.__closure__ is None:
                 continue
             seen += 1
-            held = [c.cell_contents for c in obj.py_func.__closure__]
-            assert not any(isinstance(c, CPUDispatcher) for c in held), (mod.name, name)
+            for cell in obj.py_func.__closure__:
+                value = cell.cell_contents
+                assert value is None or type(value) in (bool, int, float, str), (name, value)
     assert seen >= 8  # the kernels' block variants are closures
