@@ -196,10 +196,11 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
         _sorted_chain(n, W, need_exact)
 
 
-# The per-query functions of the long blocks are compiled apart from the blocks (one function
-# per block variant), not inlined into them: Numba copies an inlined function's whole body at
-# its call site at a cost that grows with the square of its size: inlined into the block,
-# ApproxAP's would add about 2 s of Numba's inlining to a first call on long queries. ``big``
+# ApproxAP's per-query function is compiled apart from its long blocks (one function per block
+# variant), not inlined into them: Numba copies an inlined function's whole body at its call
+# site at a cost that grows with the square of its size, and inlined into the block it would
+# add about 2 s of Numba's inlining to a first call on long queries (the separable measures'
+# far smaller one, _query, is inlined: compiled apart it cost more than it saved). ``big``
 # and ``need_exact`` are constants of each compiled function (closure variables, whose other
 # branches Numba removes before typing), as they are of the blocks. Flags as the blocks'
 # (Numba's defaults), set here because a function compiled for a compiled caller would
@@ -207,33 +208,10 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
 _QUERY_FLAGS = {"cache": True, "fastmath": False, "error_model": "python", **_STEP}
 
 
-def _make_query(big, need_exact):
-    """One query of a separable measure (or only its positions), every step; ``big`` splits
-    the pair loops across ``nt`` threads; ``need_exact``: whether ``mode`` needs the exact
-    diagonal's sums."""
-
-    def query(job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
-              normalize, grad, hess, pos, order, W, nt, gp, gt):
-        n = s.shape[0]
-        grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
-        if job == JOB_POSITIONS:
-            for r in range(n):
-                pos[order[r]] = W.pos[r]
-        else:
-            separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
-            # the class split of the bound needs v monotone within a gain class (no top-k)
-            _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
-                        W.v[:0], nt, gt, lag)
-            _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
-                           W.v[:0], wts, grad, hess)
-
-    name = "_split_query" if big else "_long_query"
-    return njit(**_QUERY_FLAGS)(_variant_named(query, name, need_exact))
-
-
 def _make_query_ap(big, need_exact):
-    """One query of ApproxAP, every step (``big`` and ``need_exact`` as in
-    :func:`_make_query`); returns the query's value for ``JOB_VALUE``."""
+    """One query of ApproxAP, every step; ``big`` splits the pair loops across ``nt``
+    threads; ``need_exact``: whether ``mode`` needs the exact diagonal's sums. Returns the
+    query's value for ``JOB_VALUE``."""
 
     def query_ap(job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
                  grad, hess, order, W, A, Hc, nt, gp, gt):
@@ -275,10 +253,6 @@ def _make_query_ap(big, need_exact):
 # Module globals, not closure variables of the blocks: Numba keys a closure's cache entry by a
 # hash of its closure variables, and a compiled function's pickled form differs from process
 # to process, so every process would compile a block that held its per-query function.
-_long_query_bound = _make_query(False, False)
-_long_query_exact = _make_query(False, True)
-_split_query_bound = _make_query(True, False)
-_split_query_exact = _make_query(True, True)
 _long_query_ap_bound = _make_query_ap(False, False)
 _long_query_ap_exact = _make_query_ap(False, True)
 _split_query_ap_bound = _make_query_ap(True, False)
@@ -288,25 +262,30 @@ _split_query_ap_exact = _make_query_ap(True, True)
 @njit(inline="always", cache=True)
 def _query(big, need_exact, job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor,
            constant, normalize, grad, hess, pos, order, W, nt, gp, gt):
-    """The per-query function of a long block's variant (``big`` and ``need_exact`` the
-    block's constants: Numba removes the other calls before typing)."""
-    args = (job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor, constant,
-            normalize, grad, hess, pos, order, W, nt, gp, gt)
-    if big:
-        if need_exact:
-            _split_query_exact(*args)
-        else:
-            _split_query_bound(*args)
-    elif need_exact:
-        _long_query_exact(*args)
+    """One query of a separable measure (or only its positions), every step, inlined into
+    the long blocks (small enough that copying it costs less than compiling it apart);
+    ``big`` splits the pair loops across ``nt`` threads; ``need_exact``: whether ``mode``
+    needs the exact diagonal's sums (both the block's constants)."""
+    n = s.shape[0]
+    grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
+    if job == JOB_POSITIONS:
+        for r in range(n):
+            pos[order[r]] = W.pos[r]
     else:
-        _long_query_bound(*args)
+        separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
+        # the class split of the bound needs v monotone within a gain class (no top-k)
+        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
+                    W.v[:0], nt, gt, lag)
+        _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
+                       W.v[:0], wts, grad, hess)
 
 
 @njit(inline="always", cache=True)
 def _query_ap(big, need_exact, job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant,
               normalize, grad, hess, order, W, A, Hc, nt, gp, gt):
-    """ApproxAP's :func:`_query`; returns the query's value for ``JOB_VALUE``."""
+    """The per-query function of one of ApproxAP's long blocks (``big`` and ``need_exact``
+    the block's constants: Numba removes the other calls before typing); returns the query's
+    value for ``JOB_VALUE``."""
     args = (job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize, grad,
             hess, order, W, A, Hc, nt, gp, gt)
     if big:
@@ -520,11 +499,12 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 
 # A chunk of a tier (see ``_schedule``): the queries q0..q1-1 of lo to hi - 1 documents, one at
 # a time, with work space allocated once for the chunk. The short tier's blocks run a query's
-# steps by the exact windowed loops only, the long tiers' call their per-query function
-# (``_make_query*``: grid where cheaper; rows split across ``nt`` threads when ``big``):
-# separate functions, so that the short tier compiles without the grid, and the
-# one-per-thread tier without the row split's parallel loops (``big`` is a constant of each
-# long block and of its per-query function; the steps that take it are inlined there).
+# steps by the exact windowed loops only, the long tiers' by ``_query`` (inlined) or
+# ``_query_ap`` (ApproxAP's per-query function, compiled apart): grid where cheaper, rows split
+# across ``nt`` threads when ``big``. Separate functions, so that the short tier compiles
+# without the grid, and the one-per-thread tier without the row split's parallel loops
+# (``big`` is a constant of each long block and of ApproxAP's per-query functions; the steps
+# that take it are inlined).
 #
 # Compile time (a new user's first call) shapes these functions. Flags reach the compiled
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
@@ -891,7 +871,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
       diagonal's sums; else 0;
     - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
       per thread by the exact windowed loops (:func:`_make_short_block`);
-    - ``short <= n < split``: one query per thread, grid where it is cheaper (:func:`_make_query`);
+    - ``short <= n < split``: one query per thread, grid where it is cheaper (:func:`_query`);
     - ``n >= split``: one query after the other, rows split across the threads. ``split``
       (:func:`split_at`) is at least ``par_min``, and higher where there are enough long
       queries to keep every thread busy one query each (``split_share``).
