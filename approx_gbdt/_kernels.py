@@ -42,7 +42,6 @@ import numpy as np
 from numba import config, get_num_threads, njit, set_num_threads
 
 from approx_gbdt._grid import (
-    _CMAX,
     _P,
     GRID_MIN_N,
     _class_members,
@@ -408,22 +407,48 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt):
         bnd[r] = abs(v[r]) * (aw[r] - S.aw[a]) + S.bnd[a]
 
 
+_V_CLASSES = 8  # classes of ApproxAP's bound on the grid (_v_classes)
+_V_SAMPLE = 64  # documents sampled per class for the cuts of _v_classes
+
+
 @njit(cache=True, **_STEP)
 def _v_classes(v):
-    """``_CMAX`` classes (fewer for fewer documents) of consecutive ``v`` by rank, 1 for the
-    smallest: every ``v`` of a class is at most every ``v`` of the next (the grid's ``vsep``
-    split; ties may fall on both sides of a cut, where ``v_j - v_k = 0``). Returns the class
+    """``_V_CLASSES`` classes (fewer for fewer documents) of consecutive ``(v, index)``, 1 for
+    the smallest: every ``v`` of a class is at most every ``v`` of the next (the grid's ``vsep``
+    split; equal ``v`` may fall on both sides of a cut, where ``v_j - v_k = 0``, and are split
+    by index, so that many equal values still spread over the classes). The cuts are the
+    quantiles of an evenly strided sample of ``_V_SAMPLE`` documents per class, each document
+    placed by a binary search over them: O(R log C) after a sort of ``_V_SAMPLE C`` values,
+    where sorting all ``R`` took 6-9 % of ApproxAP's time on queries of 10,000
+    documents. The classes are therefore about, not exactly, equal in size. Returns the class
     of each document and the number of classes."""
     R = v.shape[0]
-    C = min(_CMAX, R)  # a run-time value: a literal would compile the grid once more
-    neg = np.empty(R)
-    for a in range(R):
-        neg[a] = -v[a]
-    rank = np.empty(R, dtype=np.int32)
-    argsort_desc(neg, rank)  # ascending v
+    C = min(_V_CLASSES, R)  # a run-time value: a literal would compile the grid once more
+    m = min(R, _V_SAMPLE * C)
+    neg = np.empty(m)
+    for i in range(m):
+        neg[i] = -v[(i * R) // m]
+    rank = np.empty(m, dtype=np.int32)
+    argsort_desc(neg, rank)  # ascending v, equal v by index
+    cut_v = np.empty(C - 1)
+    cut_i = np.empty(C - 1, dtype=np.int64)
+    for c in range(1, C):
+        i = rank[(c * m) // C]
+        cut_v[c - 1] = v[(i * R) // m]
+        cut_i[c - 1] = (i * R) // m
     cls = np.empty(R, dtype=np.int64)
-    for i in range(R):
-        cls[rank[i]] = 1 + (i * C) // R
+    for a in range(R):
+        # 1 + the number of cuts below (v_a, a)
+        va = v[a]
+        lo = 0
+        hi = C - 1
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if cut_v[mid] < va or (cut_v[mid] == va and cut_i[mid] < a):
+                lo = mid + 1
+            else:
+                hi = mid
+        cls[a] = 1 + lo
     return cls, C
 
 

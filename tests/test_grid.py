@@ -329,6 +329,31 @@ def test_approx_ap_auto_splits_many_relevant_by_v():
     _auto_against_exact(ApproxAP, s, y, ptr)
 
 
+@pytest.mark.parametrize("kind", ["distinct", "equal", "few values", "short"])
+def test_v_classes_are_ordered_and_about_equal(kind):
+    # ApproxAP's bound splits its relevant documents into classes of consecutive v: every v of
+    # a class at most every v of the next, and classes of about R / C documents (cuts from a
+    # sample), equal values split by index so that they too spread over the classes
+    from numba import njit
+
+    classes = njit(lambda v: K._v_classes(v))
+    rng = np.random.default_rng(11)
+    R = 7 if kind == "short" else 5000
+    v = {"distinct": rng.normal(size=R), "equal": np.full(R, -0.3),
+         "few values": rng.integers(0, 3, R) * 0.5, "short": rng.normal(size=R)}[kind]
+    cls, C = classes(v)
+    assert C == min(K._V_CLASSES, R)
+    assert cls.min() >= 1 and cls.max() <= C
+    for c in range(1, C):
+        if (cls == c).any() and (cls > c).any():
+            assert v[cls == c].max() <= v[cls > c].min()
+    sizes = np.bincount(cls, minlength=C + 1)[1:]
+    if kind in ("distinct", "equal"):
+        assert sizes.max() <= 1.5 * R / C and sizes.min() >= 0.5 * R / C, sizes
+    if kind == "equal":  # by index: consecutive runs
+        assert np.all(np.diff(cls) >= 0)
+
+
 @pytest.mark.parametrize("spread", [0.0, 0.02])
 def test_approx_ap_auto_relevant_sums_on_the_grid(spread):
     # equal or nearly equal scores (a constant start): the relevant documents' positions all lie
