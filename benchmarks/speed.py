@@ -1,6 +1,6 @@
 """Speed of the ApproxNDCG / ApproxAP objectives.
 
-    python benchmarks/speed.py            # full run (~25 min on 2 cores)
+    python benchmarks/speed.py            # full run (~45 min on 2 cores)
     python benchmarks/speed.py --quick    # smoke run
 
 Writes benchmarks/results/speed.md (or speed_quick.md), speed_throughput.png and
@@ -17,7 +17,8 @@ speed_lengths.png:
 4. Seconds per boosting iteration against list length (10 .. 10,000 documents per query, fixed
    total): LightGBM lambdarank and XGBoost rank:ndcg beside approx_ndcg_obj and approx_ap_obj,
    with one and two threads, on a quiet machine and on a busy one (a second CPU-bound process
-   running on the same cores during the training), plotted log-log.
+   running on the same cores during the training), three rounds per list length (medians,
+   and the range of the rounds' ratios to native), plotted log-log.
 5. The first call with an empty Numba cache (a new user's first run): ApproxNDCG's first
    ``grad_hess`` and ApproxAP's after it, ApproxAP's as the first call of another process,
    and the same calls with the cache filled (``cold_start.py`` has every entry point).
@@ -403,15 +404,41 @@ def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), th
 LENGTH_VARIANTS = ((2, False), (1, False), (2, True), (1, True))
 
 
-def bench_lengths(total, iters, lengths=(10, 100, 1000, 2000, 10_000)):
-    """Section 4; the variants interleaved per list length, so that a drift of the machine's
-    load does not fall on one variant. 2,000 documents is the grid's tier (512-4,095)."""
+def bench_lengths(total, iters, lengths=(10, 100, 1000, 2000, 10_000), repeats=3):
+    """Section 4: per list length, ``repeats`` rounds, each training every variant (threads,
+    quiet or busy) with every objective once, the objectives back to back, so that each
+    round's ratios to native compare runs made close in time and a drift of the machine's
+    load falls on every variant alike. 2,000 documents is the grid's tier (512-4,095)."""
     rows = []
     for p in lengths:
-        for threads, busy in LENGTH_VARIANTS:
-            rows += bench_training([f"len:{p}:{total}"], iters, LENGTH_OBJECTIVES,
-                                   threads=threads, busy=busy)
+        for rep in range(repeats):
+            for threads, busy in LENGTH_VARIANTS:
+                for row in bench_training([f"len:{p}:{total}"], iters, LENGTH_OBJECTIVES,
+                                          threads=threads, busy=busy):
+                    row["repeat"] = rep
+                    rows.append(row)
     return rows
+
+
+def length_cells(lengths):
+    """Section 4's cells: per (setting, library, threads, busy) and objective, the median
+    seconds per iteration over the rounds and, against native, the median and range of the
+    rounds' ratios (each round's run against the same round's native run)."""
+    runs = {}
+    for r in lengths:
+        key = (r["setting"], r["lib"], r["threads"], r["busy"])
+        runs.setdefault(key, {}).setdefault(r.get("repeat", 0), {})[r["objective"]] = r
+    cells = {}
+    for key, rounds in runs.items():
+        for o in LENGTH_OBJECTIVES:
+            secs = [rd[o]["sec_per_iter"] for rd in rounds.values() if o in rd]
+            if not secs:
+                continue
+            ratios = [rd[o]["sec_per_iter"] / rd["native"]["sec_per_iter"]
+                      for rd in rounds.values() if o in rd and "native" in rd]
+            load = max(rd[o]["load"] for rd in rounds.values() if o in rd)
+            cells[key + (o,)] = (float(np.median(secs)), ratios, load)
+    return cells
 
 
 # ---------------------------------------------------------------------------------------------
@@ -513,39 +540,46 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
     L.append("")
     if lengths:
         total = lengths[0]["docs"]
+        rounds = 1 + max(r.get("repeat", 0) for r in lengths)
         L.append("## 4. Seconds per boosting iteration against list length\n")
         L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63; native = "
                  "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
                  "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
                  "CPU-bound process (a Python busy loop) runs on the same cores during the "
-                 "training; the variants run interleaved per list length. Load: the "
-                 "1-minute load average after the last training of the row. Ratios to native "
-                 "in brackets. Target: approx_ndcg_obj and "
-                 "approx_ap_obj <= 1.0x native in every row. Plot: "
+                 f"training. Each list length runs {rounds} round(s); a round trains every "
+                 "row's variant once with each objective, back to back. Each cell: the median "
+                 "over the rounds of the seconds per iteration; in brackets the median over "
+                 "the rounds of the ratio to the same round's native run, and the lowest and "
+                 "highest of those ratios (single runs on this machine move by 20-50 %). Load: "
+                 "the highest 1-minute load average after a training of the row. Target: "
+                 "approx_ndcg_obj and approx_ap_obj <= 1.0x native in every row. Plot (the "
+                 "medians): "
                  f"[{os.path.basename(path)[:-3]}_lengths.png]"
                  f"({os.path.basename(path)[:-3]}_lengths.png).\n")
         objs = ["native", "approx_ndcg_obj", "approx_ap_obj"]
         L.append("| docs per query | queries | library | threads | machine | "
                  + " | ".join(objs) + " | load |")
         L.append("|---|---|---|---|---|" + "---|" * len(objs) + "---|")
-        by = {(r["setting"], r["lib"], r["objective"], r["threads"], r["busy"]): r
-              for r in lengths}
+        by = length_cells(lengths)
         for threads, busy in LENGTH_VARIANTS:
             for setting in dict.fromkeys(r["setting"] for r in lengths):
                 per = int(setting.split(":")[1])
                 for lib in ["lightgbm", "xgboost"]:
-                    nat = by.get((setting, lib, "native", threads, busy))
                     cells = []
                     load = ""
                     for o in objs:
-                        r = by.get((setting, lib, o, threads, busy))
-                        if r is None:
+                        cell = by.get((setting, lib, threads, busy, o))
+                        if cell is None:
                             cells.append("n/a")
                             continue
-                        load = f"{r['load']:.1f}"
-                        c = f"{r['sec_per_iter'] * 1e3:.1f} ms"
-                        if nat and o != "native":
-                            c += f" ({r['sec_per_iter'] / nat['sec_per_iter']:.2f}x)"
+                        sec, ratios, top = cell
+                        load = f"{top:.1f}"
+                        c = f"{sec * 1e3:.1f} ms"
+                        if o != "native" and ratios:
+                            c += f" ({np.median(ratios):.2f}x"
+                            if len(ratios) > 1:
+                                c += f", {min(ratios):.2f}-{max(ratios):.2f}"
+                            c += ")"
                         cells.append(c)
                     L.append(f"| {per} | {max(1, total // per)} | {lib} | {threads} | "
                              f"{'busy' if busy else 'quiet'} | " + " | ".join(cells)
@@ -602,12 +636,13 @@ def plot_lengths(path, lengths):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     colours = {"native": "k", "approx_ndcg_obj": "C0", "approx_ap_obj": "C1"}
     styles = {(2, False): "-", (1, False): "--", (2, True): ":", (1, True): "-."}
+    cells = length_cells(lengths)
     for ax, lib in zip(axes, ["lightgbm", "xgboost"]):
         for (threads, busy), ls in styles.items():
             for obj, colour in colours.items():
-                pts = sorted((int(r["setting"].split(":")[1]), r["sec_per_iter"])
-                             for r in lengths if r["lib"] == lib and r["objective"] == obj
-                             and r["threads"] == threads and r["busy"] == busy)
+                pts = sorted((int(k[0].split(":")[1]), sec)
+                             for k, (sec, _, _) in cells.items()
+                             if k[1:] == (lib, threads, busy, obj))
                 if pts:
                     label = f"{obj}, {threads} thr, {'busy' if busy else 'quiet'}"
                     ax.plot(*zip(*pts), ls, color=colour, marker="o", ms=3, label=label)
@@ -639,7 +674,7 @@ def main():
         kernels = bench_kernels(20_000, [10, 100, 1000, 10_000], True)
         huge = bench_huge(20_000) + bench_huge(200_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light-quick", "mslr-quick"], 6)
-        lengths = [] if args.skip_training else bench_lengths(20_000, 4)
+        lengths = [] if args.skip_training else bench_lengths(20_000, 4, repeats=2)
         cold = bench_cold_start()
         name = "speed_quick"
     else:
