@@ -419,7 +419,7 @@ def _v_classes(v):
     by index, so that many equal values still spread over the classes). The cuts are the
     quantiles of an evenly strided sample of ``_V_SAMPLE`` documents per class, each document
     placed by a binary search over them: O(R log C) after a sort of ``_V_SAMPLE C`` values,
-    where sorting all ``R`` took 6-9 % of ApproxAP's time on queries of 10,000
+    where sorting all ``R`` would take 6-9 % of ApproxAP's time on queries of 10,000
     documents. The classes are therefore about, not exactly, equal in size. Returns the class
     of each document and the number of classes."""
     R = v.shape[0]
@@ -438,13 +438,13 @@ def _v_classes(v):
         cut_i[c - 1] = (i * R) // m
     cls = np.empty(R, dtype=np.int64)
     for a in range(R):
-        # 1 + the number of cuts below (v_a, a)
+        # 1 + the number of cuts at or below (v_a, a): a cut opens its class
         va = v[a]
         lo = 0
         hi = C - 1
         while lo < hi:
             mid = (lo + hi) >> 1
-            if cut_v[mid] < va or (cut_v[mid] == va and cut_i[mid] < a):
+            if cut_v[mid] < va or (cut_v[mid] == va and cut_i[mid] <= a):
                 lo = mid + 1
             else:
                 hi = mid

@@ -566,14 +566,14 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
                 per = int(setting.split(":")[1])
                 for lib in ["lightgbm", "xgboost"]:
                     cells = []
-                    load = ""
+                    load = None
                     for o in objs:
                         cell = by.get((setting, lib, threads, busy, o))
                         if cell is None:
                             cells.append("n/a")
                             continue
                         sec, ratios, top = cell
-                        load = f"{top:.1f}"
+                        load = top if load is None else max(load, top)
                         c = f"{sec * 1e3:.1f} ms"
                         if o != "native" and ratios:
                             c += f" ({np.median(ratios):.2f}x"
@@ -583,7 +583,7 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
                         cells.append(c)
                     L.append(f"| {per} | {max(1, total // per)} | {lib} | {threads} | "
                              f"{'busy' if busy else 'quiet'} | " + " | ".join(cells)
-                             + f" | {load} |")
+                             + f" | {'' if load is None else f'{load:.1f}'} |")
         L.append("")
     if cold:
         L.append("## 5. First call with an empty Numba cache\n")
