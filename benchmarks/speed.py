@@ -372,9 +372,9 @@ LENGTH_OBJECTIVES = ("native", "approx_ndcg_obj", "approx_ap_obj")
 
 
 def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), threads=2,
-                   busy=False):
+                   busy=False, tag=None):
     """Each training in its own process; ``busy``: a second CPU-bound process runs on the same
-    cores while it trains."""
+    cores while it trains; ``tag``: more fields for every row (printed with it)."""
     rows = []
     for setting in settings:
         for lib in ["lightgbm", "xgboost"]:
@@ -395,6 +395,7 @@ def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), th
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 row["busy"] = busy
                 row["load"] = os.getloadavg()[0]
+                row.update(tag or {})
                 rows.append(row)
                 print(row, flush=True)
     return rows
@@ -413,10 +414,8 @@ def bench_lengths(total, iters, lengths=(10, 100, 1000, 2000, 10_000), repeats=3
     for p in lengths:
         for rep in range(repeats):
             for threads, busy in LENGTH_VARIANTS:
-                for row in bench_training([f"len:{p}:{total}"], iters, LENGTH_OBJECTIVES,
-                                          threads=threads, busy=busy):
-                    row["repeat"] = rep
-                    rows.append(row)
+                rows += bench_training([f"len:{p}:{total}"], iters, LENGTH_OBJECTIVES,
+                                       threads=threads, busy=busy, tag={"repeat": rep})
     return rows
 
 
