@@ -59,10 +59,21 @@ most 0 (a non-increasing discount, as ApproxNDCG's), no member of the gain-0 cla
 nonzero gains per query; otherwise (and for ApproxNDCG@k, whose ``v`` is not monotone) the
 bound stays on the exact windowed path of ``_pairs``. ApproxAP's ``v`` is coupled across the
 relevant documents and zero on the others: its bound takes the chain sums with weights
-``|v|`` and, for the relevant documents' own sum, either the exact windowed loops or classes
-of consecutive ``v`` (``vsep``: the pairs of different classes on the grid, with the sign
-of ``v_j - v_k`` given by the classes' order, the pairs within a class exactly;
-``_kernels._ap_grid_bound``).
+``|v|`` and, for the relevant documents' own sum, the exact windowed loops, or classes of
+consecutive ``v`` (``vsep``: the pairs of different classes on the grid, with the sign of
+``v_j - v_k`` given by the classes' order, the pairs within a class exactly), or, where
+each document has few partner boxes, the grid for any ``v`` (``_kernels._ap_grid_bound``).
+There each box's documents are sorted by ``v``; for a target ``k`` and a partner box ``B``,
+with ``S_1``, ``S_v`` the node weights of 1 and ``v`` of the members with ``v_j < v_k`` and
+``T_1``, ``T_v`` those of all members,
+
+    sum_{j in B} L(x_j) |v_j - v_k| = v_k (2 S_1 - T_1) + T_v - 2 S_v,
+
+with ``S_1`` and ``S_v`` running sums at a pointer that only moves forward as the box's
+targets go through ascending ``v`` (:func:`grid_abs_seq`): O(_P^2) per target and partner
+box (those within ``_D_ABS``), after the sort, and O(_P) memory per box. The classes cost
+O(_P^2 C) per pair of boxes and the exact pairs within a class: cheaper where boxes hold many
+documents, as when the relevant documents spread over many boxes.
 
 Error bound. With ``_H = 1`` and ``_P = 8`` the interpolation error of each kernel on any
 pair of boxes (both ends interpolated) is at most ``eps_K`` = 3.4e-9 (sig), 1.1e-8 (w),
@@ -77,7 +88,10 @@ cost of the box products and 1.25 times the work per document). That is at the f
 plus the window bound of ``_pairs`` for the saturated pairs. The outputs combine these sums:
 ``pos^`` (sig, c = 1), ``g``, ``gva`` and ``aw`` (w; c = v, va and 1, the last times ``|v_k|``
 or ``|va_k|``), ``aa`` (sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C`` or
-``g - 2 sum C``: three w-sums of ``|v_j| + |v_k|``).
+``g - 2 sum C``: three w-sums of ``|v_j| + |v_k|``; over ApproxAP's relevant documents by
+``grid_abs_seq`` one w-sum of ``|v_j - v_k| <= |v_j| + |v_k|``, whose pairs more than
+``_D_ABS`` boxes apart are left out: at most ``e^-20 (|v_j| + |v_k|)`` each, within
+``_EPS_K`` of w).
 ``_EPS_K`` holds the ``eps_K`` with a factor 2 of margin; the tests check these bounds per
 document and the 1e-6 max-norm relative target against the exact kernel.
 """
@@ -89,12 +103,18 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair
+from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair, argsort_desc
 
 _H = 1.0
 _P = 8
 assert _P % 4 == 0  # ``_rows4`` takes four rows at a time
 _D = int(math.ceil(_T / _H))
+# partner boxes of the sums over ApproxAP's relevant documents (``grid_abs_seq``): pairs
+# further apart than _D_ABS boxes are left out, each an error of at most w(_D_ABS) |v_j - v_k|
+# <= e^-20 (|v_j| + |v_k|) = 2.1e-9 (|v_j| + |v_k|), a fifth of the grid's own (``eps_K`` of
+# w below, 1.1e-8; a tenth of ``_EPS_K``'s, which has a factor 2 of margin)
+_D_ABS = 20
+assert _D_ABS <= _D  # the kernel tables cover offsets up to _D
 _Q = 2 * _P - 1  # coefficients of a self term ``L(t)^T K L(t)``, a polynomial of degree 2 _P - 2
 _CMAX = 8
 _LEAF = {"forceinline": True, "fastmath": False, "error_model": "python", **_STEP}
@@ -326,7 +346,8 @@ def _dot(a, b):
 def grid_tables():
     """``(z, lam, tab, sc)``: the Chebyshev nodes with their barycentric weights, the kernel
     tables and the self terms' coefficients, constants of the grid that the kernels compute
-    once per process and pass to every call (``grid_positions_*``, ``grid_chain_*``)."""
+    once per process and pass to every call (``grid_positions_*``, ``grid_chain_*``,
+    ``grid_abs_*``)."""
     z, lam = _nodes()
     tab = _tables(z)
     return z, lam, tab, _self_coefs(z, lam, tab)
@@ -736,3 +757,190 @@ def _reset_prefix(pv, p1):
     for m in range(_P):
         pv[m] = 0.0
         p1[m] = 0.0
+
+
+# ApproxAP's bound over the relevant documents: ``sum_j w_kj |v_j - v_k|`` for any ``v``
+
+@njit(cache=True, **_STEP)
+def _v_order(b0, b1, v, bstart, vo):
+    """Each box's documents by ascending ``v``: ``vo[bstart[b]:bstart[b + 1]]``. From the
+    reversed order (ApproxAP's ``v`` mostly falls along the sorted order) by insertion while
+    it has made at most ``8 m + 64`` moves, else by a merge sort: O(m + moves), at worst
+    O(m log m) per box of ``m`` documents."""
+    for b in range(b0, b1):
+        lo = bstart[b]
+        hi = bstart[b + 1]
+        m = hi - lo
+        for i in range(m):
+            vo[lo + i] = hi - 1 - i
+        cap = 8 * m + 64
+        moves = 0
+        for i in range(lo + 1, hi):
+            oi = vo[i]
+            key = v[oi]
+            j = i
+            while j > lo and v[vo[j - 1]] > key:
+                vo[j] = vo[j - 1]
+                j -= 1
+            vo[j] = oi
+            moves += i - j
+            if moves > cap:
+                break
+        if moves > cap:
+            neg = np.empty(m)
+            for i in range(m):
+                neg[i] = -v[lo + i]
+            loc = np.empty(m, dtype=np.int32)
+            argsort_desc(neg, loc)  # ascending v, equal v by index
+            for i in range(m):
+                vo[lo + i] = lo + loc[i]
+
+
+@njit(cache=True, **_STEP)
+def _abs_totals(b0, b1, v, bstart, lag, rows, tot):
+    """Node weights of 1 and ``v`` of every box's documents: ``tot[b, 0]``, ``tot[b, 1]``
+    (document ``r``'s Lagrange values in row ``rows[r]`` of ``lag``)."""
+    for b in range(b0, b1):
+        for m in range(_P):
+            tot[b, 0, m] = 0.0
+            tot[b, 1, m] = 0.0
+        for r in range(bstart[b], bstart[b + 1]):
+            L = lag[rows[r]]
+            vr = v[r]
+            for m in range(_P):
+                tot[b, 0, m] += L[m]
+                tot[b, 1, m] += vr * L[m]
+
+
+@njit(cache=True, **_STEP)
+def _abs_boxes(b0, b1, v, vo, bid, bstart, nlo, nhi, tab, lag, rows, tot, own, bnd, aw):
+    """Targets of boxes b0..b1-1, each box's in ascending ``v``. Per partner box a pointer
+    into its members (in ascending ``v``) that only moves forward, with the running node
+    weights ``S_1``, ``S_v`` of the members it has passed (those below ``v_k``); the node
+    weights of ``|v_j - v_k|``, ``v_k (2 S_1 - T_1) + T_v - 2 S_v``, meet the target through
+    the box pair's table of ``w``."""
+    T = np.empty(_P)
+    acc = np.empty(_P)
+    phi = np.empty(_P)
+    nw = 2 * _D_ABS + 1
+    ptr = np.empty(nw, dtype=np.int64)
+    run = np.empty((nw, 2, _P))
+    for b in range(b0, b1):
+        lo = nlo[b]
+        hi = nhi[b]
+        while bid[lo] < bid[b] - _D_ABS:
+            lo += 1
+        while bid[hi - 1] > bid[b] + _D_ABS:
+            hi -= 1
+        for m in range(_P):
+            phi[m] = 0.0
+        for s in range(lo, hi):
+            _matvec_add(tab[1, int(bid[s] - bid[b]) + _D], tot[s, 0], phi)
+            ptr[s - lo] = bstart[s]
+            for m in range(_P):
+                run[s - lo, 0, m] = 0.0
+                run[s - lo, 1, m] = 0.0
+        for i in range(bstart[b], bstart[b + 1]):
+            k = vo[i]
+            vk = v[k]
+            for m in range(_P):
+                acc[m] = 0.0
+            for s in range(lo, hi):
+                c = s - lo
+                p = ptr[c]
+                e = bstart[s + 1]
+                while p < e and v[vo[p]] < vk:
+                    j = vo[p]
+                    L = lag[rows[j]]
+                    vj = v[j]
+                    for m in range(_P):
+                        run[c, 0, m] += L[m]
+                        run[c, 1, m] += vj * L[m]
+                    p += 1
+                ptr[c] = p
+                for m in range(_P):
+                    T[m] = (vk * (2.0 * run[c, 0, m] - tot[s, 0, m])
+                            + tot[s, 1, m] - 2.0 * run[c, 1, m])
+                _matvec_add(tab[1, int(bid[s] - bid[b]) + _D], T, acc)
+            L = lag[rows[k]]
+            bnd[k] = _dot(L, acc)
+            aw[k] = _dot(L, phi) - own[k]
+
+
+@njit(cache=True, **_STEP)
+def _abs_setup(x, gt, lag, rows):
+    """Boxes, self terms of ``w`` and, where ``rows`` is empty, the Lagrange values (in a
+    new array, ``rows`` the identity)."""
+    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    n = x.shape[0]
+    if rows.shape[0] == 0:
+        lag = np.empty((n, _P))
+        rows = np.empty(n, dtype=rows.dtype)
+        for r in range(n):
+            rows[r] = r
+            _lagrange(t[r], z, lam, lag[r])
+    own = np.empty(n)
+    _self_terms(t, sc[1], own)
+    return tab, bid, bstart, nlo, nhi, nb, lag, rows, own
+
+
+@njit(cache=True, **_ENTRY)
+def grid_abs_seq(x, v, bnd, aw, gt, lag, rows):
+    """``bnd[k] = sum_{j != k} w_kj |v_j - v_k|`` and ``aw[k] = sum_{j != k} w_kj`` of one
+    sorted query by the grid, for ``v`` in any order (ApproxAP's bound over its relevant
+    documents; module notes), over the pairs at most ``_D_ABS`` boxes apart (the others add
+    less than ``e^-20`` of their weights): O(_P^2) per document and partner box, after a
+    sort of each box by ``v``. ``lag[rows[r]]``: document ``r``'s Lagrange values on this
+    ``x`` (the positions step's), or ``rows`` empty (computed here)."""
+    tab, bid, bstart, nlo, nhi, nb, lag, rows, own = _abs_setup(x, gt, lag, rows)
+    vo = np.empty(x.shape[0], dtype=np.int64)
+    tot = np.empty((nb, 2, _P))
+    b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
+    _v_order(b0, nb, v, bstart, vo)
+    _abs_totals(b0, nb, v, bstart, lag, rows, tot)
+    _abs_boxes(b0, nb, v, vo, bid, bstart, nlo, nhi, tab, lag, rows, tot, own, bnd, aw)
+
+
+@njit(parallel=True, cache=True, **_ENTRY)
+def grid_abs_par(x, v, bnd, aw, gt, nt, lag, rows):
+    """:func:`grid_abs_seq` with the boxes split across ``nt`` threads."""
+    tab, bid, bstart, nlo, nhi, nb, lag, rows, own = _abs_setup(x, gt, lag, rows)
+    vo = np.empty(x.shape[0], dtype=np.int64)
+    tot = np.empty((nb, 2, _P))
+    nch = min(nb, 4 * nt)
+    for c in prange(nch):
+        b0 = nb * c // nch
+        b1 = nb * (c + 1) // nch
+        _v_order(b0, b1, v, bstart, vo)
+        _abs_totals(b0, b1, v, bstart, lag, rows, tot)
+    for c in prange(nch):
+        _abs_boxes(nb * c // nch, nb * (c + 1) // nch, v, vo, bid, bstart, nlo, nhi, tab, lag,
+                   rows, tot, own, bnd, aw)
+
+
+@njit(cache=True, **_STEP)
+def abs_cost(x, n):
+    """Work of :func:`grid_abs_seq` on one sorted query, in partner boxes per document
+    (``sum_k`` the number of partner boxes of ``k``'s box)."""
+    bid = np.empty(n)
+    cnt = np.empty(n, dtype=np.int64)
+    nb = 0
+    for r in range(n):
+        f = math.floor(max(-x[r] / _H, 0.0))
+        if nb == 0 or f != bid[nb - 1]:
+            bid[nb] = f
+            cnt[nb] = 0
+            nb += 1
+        cnt[nb - 1] += 1
+    work = 0
+    lo = 0
+    hi = 0
+    for b in range(nb):
+        while bid[lo] < bid[b] - _D_ABS:
+            lo += 1
+        if hi < b + 1:
+            hi = b + 1
+        while hi < nb and bid[hi] <= bid[b] + _D_ABS:
+            hi += 1
+        work += cnt[b] * (hi - lo)
+    return work

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import pytest
+from numba import njit
 
 from approx_gbdt import _grid as G
 from approx_gbdt import _kernels as K
@@ -173,6 +174,64 @@ def test_grid_bound_over_v_separated_classes(kind, par):
     assert np.all(err <= bound), (kind, float((err - bound).max()))
     assert exact.max() > 100 * bound.max()  # the check can fail: the sums are far above it
 
+@pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "tail", "normal", "compact"])
+@pytest.mark.parametrize("vkind", ["normal", "falling", "equal"])
+@pytest.mark.parametrize("par", [False, True])
+def test_grid_abs_sums_for_any_v(kind, vkind, par):
+    # ApproxAP's bound over its relevant documents: sum_j w_kj |v_j - v_k| for v in any order
+    # along the scores (each box sorted by v), and sum_j w_kj, within the stated bound
+    rng = np.random.default_rng(7 + len(kind) + len(vkind))
+    n = 1500
+    if kind == "compact":  # every document within two boxes (ApproxAP's first rounds)
+        x = np.sort(-1.7 * rng.random(n))[::-1]
+        x -= x[0]
+    else:
+        x = _sorted_x(kind, n, rng)
+    v = {"normal": rng.normal(size=n) * 0.01,
+         "falling": -np.arange(n) / n + rng.normal(size=n) * 0.02,  # ApproxAP's, roughly
+         "equal": np.full(n, -0.3)}[vkind]
+    ex = _dense(x, v, np.zeros(n))
+    bnd, aw = np.full(n, np.nan), np.full(n, np.nan)
+    lag, rows = np.empty((0, G._P)), np.empty(0, dtype=np.int64)  # computed here
+    if par:
+        G.grid_abs_par(x, v, bnd, aw, G.grid_tables(), 3, lag, rows)
+    else:
+        G.grid_abs_seq(x, v, bnd, aw, G.grid_tables(), lag, rows)
+    # one w-sum of |v_j - v_k| <= |v_j| + |v_k| (g's magnitudes), and one of 1
+    for out, exact, mag in ((bnd, ex["bnd"][0], ex["g"][1]), (aw, ex["aw"][0], ex["aw"][1])):
+        err = np.abs(out - exact)
+        bound = mag + (n - 1) * ET * (1.0 + 2.0 * np.abs(v).max())
+        worst = int(np.argmax(err - bound))
+        assert err[worst] <= bound[worst], (worst, err[worst], bound[worst])
+    if vkind != "equal":  # the check can fail: the sums are far above the bound
+        assert ex["bnd"][0].max() > 100 * ex["g"][1].max()
+
+
+@pytest.mark.parametrize("par", [False, True])
+def test_grid_abs_sums_read_the_positions_lagrange_values(par):
+    # the kernels pass the positions step's Lagrange values of the whole query and the rows of
+    # its relevant documents: the same sums as with the values computed afresh
+    rng = np.random.default_rng(12)
+    n, R = 2000, 900
+    x = _sorted_x("tail", n, rng)
+    lag = np.empty((n, G._P))
+    G.grid_positions_seq(x, np.empty(n), G.grid_tables(), lag)
+    rows = np.sort(rng.choice(n, R, replace=False)).astype(np.int64)
+    xr = x[rows]
+    v = -np.linspace(0.0, 1.0, R) + rng.normal(size=R) * 0.05
+    outs = []
+    for lg, rw in ((np.empty((0, G._P)), np.empty(0, dtype=np.int64)), (lag, rows)):
+        bnd, aw = np.full(R, np.nan), np.full(R, np.nan)
+        if par:
+            G.grid_abs_par(xr, v, bnd, aw, G.grid_tables(), 3, lg, rw)
+        else:
+            G.grid_abs_seq(xr, v, bnd, aw, G.grid_tables(), lg, rw)
+        outs.append((bnd, aw))
+    (b0, a0), (b1, a1) = outs
+    assert np.isfinite(b0).all() and np.isfinite(a0).all()
+    assert np.array_equal(b0, b1) and np.array_equal(a0, a1)
+
+
 def _data(kind, n, seed, nq=1):
     rng = np.random.default_rng(seed)
     sizes = np.full(nq, n)
@@ -297,11 +356,16 @@ def test_long_query_auto_against_exact_windowed_kernel():
     _auto_against_exact(ApproxNDCG, s, y, ptr)
 
 
-def _takes_grid(s):
-    """Whether the automatic choice takes the grid for one query of scores ``s``."""
+def _sorted_windows(s):
+    """``x`` (alpha 10) and window ends of one query of scores ``s``, sorted."""
     x = np.sort(10.0 * s)[::-1]
     x -= x[0]
-    jend = np.searchsorted(-x, -x + K._T, side="right").astype(np.int64)
+    return x, np.searchsorted(-x, -x + K._T, side="right").astype(np.int64)
+
+
+def _takes_grid(s):
+    """Whether the automatic choice takes the grid for one query of scores ``s``."""
+    x, jend = _sorted_windows(s)
     return G.use_grid(x, jend, x.size, 0)
 
 
@@ -327,6 +391,28 @@ def test_approx_ap_auto_splits_many_relevant_by_v():
     y = (rng.random(n) < 0.45).astype(float)
     assert _takes_grid(s[y >= 1])  # the relevant documents alone take the grid
     _auto_against_exact(ApproxAP, s, y, ptr)
+
+
+def test_approx_ap_auto_relevant_bound_few_boxes():
+    # a long query whose relevant documents all lie within about two boxes (ApproxAP's first
+    # rounds): their own sums take the grid with each box sorted by v (grid_abs_seq); the
+    # exact windowed kernel is the reference
+    rng = np.random.default_rng(4)
+    n = 8000
+    ptr = np.array([0, n], dtype=np.int64)
+    s = rng.normal(size=n) * 0.02
+    y = (rng.random(n) < 0.45).astype(float)
+    x, _ = _sorted_windows(s[y >= 1])
+    assert njit(lambda x: G.abs_cost(x, x.shape[0]))(x) <= K._ABS_PARTNERS * x.size
+    _auto_against_exact(ApproxAP, s, y, ptr)
+
+    def split():  # the query's rows across threads (grid_abs_par)
+        obj = ApproxAP()
+        obj._par_min = 1000
+        obj._split_share = 0.0
+        return obj
+
+    _auto_against_exact(split, s, y, ptr)
 
 
 @pytest.mark.parametrize("kind", ["distinct", "equal", "few values", "short"])
