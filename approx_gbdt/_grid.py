@@ -62,7 +62,7 @@ relevant documents and zero on the others: its bound takes the chain sums with w
 ``|v|`` and, for the relevant documents' own sum, the exact windowed loops, or classes of
 consecutive ``v`` (``vsep``: the pairs of different classes on the grid, with the sign of
 ``v_j - v_k`` given by the classes' order, the pairs within a class exactly), or, where
-each document has few partner boxes, the grid for any ``v`` (``_kernels._ap_grid_bound``).
+the documents have few partner boxes, the grid for any ``v`` (``_kernels._ap_grid_bound``).
 There each box's documents are sorted by ``v``; for a target ``k`` and a partner box ``B``,
 with ``S_1``, ``S_v`` the node weights of 1 and ``v`` of the members with ``v_j < v_k`` and
 ``T_1``, ``T_v`` those of all members,
@@ -72,8 +72,8 @@ with ``S_1``, ``S_v`` the node weights of 1 and ``v`` of the members with ``v_j 
 with ``S_1`` and ``S_v`` running sums at a pointer that only moves forward as the box's
 targets go through ascending ``v`` (:func:`grid_abs_seq`): O(_P^2) per target and partner
 box (those within ``_D_ABS``), after the sort, and O(_P) memory per box. The classes cost
-O(_P^2 C) per pair of boxes and the exact pairs within a class: cheaper where boxes hold many
-documents, as when the relevant documents spread over many boxes.
+O(_P^2 C) per pair of boxes, O(_P C) per document and the exact pairs within a class: cheaper
+where each document has many partner boxes, since this path pays O(_P^2) for every one.
 
 Error bound. With ``_H = 1`` and ``_P = 8`` the interpolation error of each kernel on any
 pair of boxes (both ends interpolated) is at most ``eps_K`` = 3.4e-9 (sig), 1.1e-8 (w),

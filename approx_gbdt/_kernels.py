@@ -370,11 +370,12 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
 def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, from
     the chain step's sums with weights ``|v|`` (already in ``W.bnd``) and the relevant
-    documents' own sums (``S``, from :func:`_relevant_part`): where each of them has at most
-    ``_ABS_PARTNERS`` partner boxes (they lie within a few boxes, as in the first rounds), by
-    the grid with each box sorted by ``v`` (:func:`grid_abs_seq`, the positions step's
-    Lagrange values ``lag``; pairs more than ``_grid._D_ABS`` boxes apart left out, module
-    notes of ``_grid``); else, where the grid is cheaper for them, split into classes of
+    documents' own sums (``S``, from :func:`_relevant_part`): with the automatic choice
+    (``gp`` 0), at least ``GRID_MIN_N`` relevant documents and at most ``_ABS_PARTNERS``
+    partner boxes per document on average (they lie within a few boxes, as in the first
+    rounds), by the grid with each box sorted by ``v`` (:func:`grid_abs_seq`, the positions
+    step's Lagrange values ``lag``; pairs more than ``_grid._D_ABS`` boxes apart left out,
+    module notes of ``_grid``); else, where the grid is cheaper for them, split into classes of
     consecutive ``v`` (:func:`_v_classes`; the pairs of different classes on the grid, whose
     sign the classes' order gives, the pairs within a class exactly,
     :func:`_within_classes`); else the exact windowed loops (:func:`_sorted_bound`).
@@ -422,10 +423,11 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
         bnd[r] = abs(v[r]) * (aw[r] - S.aw[a]) + S.bnd[a]
 
 
-# grid_abs_seq where the relevant documents have at most this many partner boxes each: it
-# costs O(_P^2) per document and partner box, and beyond that the classes of v are cheaper
-# (lists of 10,000 documents, 45 % relevant, one thread: alpha times the scores' standard
-# deviation 0.27, 21 against 27 ms; 0.5, 23 against 25 ms; 1, 30 against 25 ms)
+# grid_abs_seq where the relevant documents have at most this many partner boxes per document
+# on average: it costs O(_P^2) per document and partner box, and beyond that the classes of v
+# are cheaper (lists of 10,000 documents, 45 % relevant, one thread, against the classes:
+# alpha times the scores' standard deviation 0.27, 21 against 27 ms; 0.5, 23 against 25 ms;
+# 1, about 7 partner boxes, 30 against 25 ms)
 _ABS_PARTNERS = 4
 _V_CLASSES = 8  # classes of ApproxAP's bound on the grid (_v_classes)
 _V_SAMPLE = 64  # documents sampled per class for the cuts of _v_classes

@@ -174,6 +174,7 @@ def test_grid_bound_over_v_separated_classes(kind, par):
     assert np.all(err <= bound), (kind, float((err - bound).max()))
     assert exact.max() > 100 * bound.max()  # the check can fail: the sums are far above it
 
+
 @pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "tail", "normal", "compact"])
 @pytest.mark.parametrize("vkind", ["normal", "falling", "equal"])
 @pytest.mark.parametrize("par", [False, True])
@@ -404,7 +405,11 @@ def test_approx_ap_auto_relevant_bound_few_boxes():
     y = (rng.random(n) < 0.45).astype(float)
     x, _ = _sorted_windows(s[y >= 1])
     assert njit(lambda x: G.abs_cost(x, x.shape[0]))(x) <= K._ABS_PARTNERS * x.size
-    _auto_against_exact(ApproxAP, s, y, ptr)
+
+    def one_thread():  # the query on one thread (grid_abs_seq)
+        obj = ApproxAP()
+        obj._par_min = n + 1
+        return obj
 
     def split():  # the query's rows across threads (grid_abs_par)
         obj = ApproxAP()
@@ -412,6 +417,7 @@ def test_approx_ap_auto_relevant_bound_few_boxes():
         obj._split_share = 0.0
         return obj
 
+    _auto_against_exact(one_thread, s, y, ptr)
     _auto_against_exact(split, s, y, ptr)
 
 
@@ -420,8 +426,6 @@ def test_v_classes_are_ordered_and_about_equal(kind):
     # ApproxAP's bound splits its relevant documents into classes of consecutive v: every v of
     # a class at most every v of the next, and classes of about R / C documents (cuts from a
     # sample), equal values split by index so that they too spread over the classes
-    from numba import njit
-
     classes = njit(lambda v: K._v_classes(v))
     rng = np.random.default_rng(11)
     R = 7 if kind == "short" else 5000
