@@ -103,7 +103,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair, argsort_desc
+from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair, _sort_desc_short
 
 _H = 1.0
 _P = 8
@@ -178,28 +178,63 @@ def _tables(z):
 
 
 @njit(cache=True, **_STEP)
-def _costs(x, jend, n):
-    """Work of the two paths for one sorted query: the pairs inside the windows (exact path)
-    and the pairs of partner boxes (grid path)."""
-    pairs = 0
-    for r in range(n):
-        pairs += jend[r] - r - 1
-    bid = np.empty(n)
+def _box_ids(x, bid, cnt):
+    """Occupied boxes of ``u = -x / _H`` (``x`` sorted, descending): their ids ``bid`` and
+    numbers of documents ``cnt``. Returns the number of boxes."""
     nb = 0
-    for r in range(n):
+    for r in range(x.shape[0]):
         f = math.floor(max(-x[r] / _H, 0.0))
         if nb == 0 or f != bid[nb - 1]:
             bid[nb] = f
+            cnt[nb] = 0
             nb += 1
-    box_pairs = 0
+        cnt[nb - 1] += 1
+    return nb
+
+
+@njit(cache=True, **_STEP)
+def _partners(bid, nb, d, nlo, nhi):
+    """Each box's partners ``[nlo[b], nhi[b])``: the boxes whose ids lie within ``d`` of its
+    own (``bid`` ascending)."""
+    lo = 0
     hi = 0
     for b in range(nb):
+        while bid[lo] < bid[b] - d:
+            lo += 1
         if hi < b + 1:
             hi = b + 1
-        while hi < nb and bid[hi] <= bid[b] + _D:
+        while hi < nb and bid[hi] <= bid[b] + d:
             hi += 1
-        box_pairs += hi - b
-    return pairs, 2 * box_pairs - nb
+        nlo[b] = lo
+        nhi[b] = hi
+
+
+@njit(cache=True, **_STEP)
+def _partner_work(x, n, d):
+    """``(boxes, sum_b cnt_b (partners of b), sum_b (partners of b))`` of one sorted query,
+    partners within ``d`` boxes: the work of the grid's paths (:func:`_costs`,
+    :func:`abs_cost`)."""
+    bid = np.empty(n)
+    idx = np.empty((3, n), dtype=np.int64)  # cnt, nlo, nhi
+    nb = _box_ids(x[:n], bid, idx[0])
+    _partners(bid, nb, d, idx[1], idx[2])
+    per_doc = 0
+    per_box = 0
+    for b in range(nb):
+        k = idx[2, b] - idx[1, b]
+        per_doc += idx[0, b] * k
+        per_box += k
+    return nb, per_doc, per_box
+
+
+@njit(cache=True, **_STEP)
+def _costs(x, jend, n):
+    """Work of the two paths for one sorted query: the pairs inside the windows (exact path)
+    and the ordered pairs of partner boxes, each box with itself once (grid path)."""
+    pairs = 0
+    for r in range(n):
+        pairs += jend[r] - r - 1
+    return pairs, _partner_work(x, n, _D)[2]
 
 
 @njit(inline="always", cache=True)
@@ -238,17 +273,7 @@ def _boxes(x, t, slot, bid, bstart, nlo, nhi):
             nb += 1
         slot[r] = nb - 1
     bstart[nb] = n
-    lo = 0
-    hi = 0
-    for b in range(nb):
-        while bid[lo] < bid[b] - _D:
-            lo += 1
-        if hi < b + 1:
-            hi = b + 1
-        while hi < nb and bid[hi] <= bid[b] + _D:
-            hi += 1
-        nlo[b] = lo
-        nhi[b] = hi
+    _partners(bid, nb, _D, nlo, nhi)
     return nb
 
 
@@ -763,37 +788,21 @@ def _reset_prefix(pv, p1):
 
 @njit(cache=True, **_STEP)
 def _v_order(b0, b1, v, bstart, vo):
-    """Each box's documents by ascending ``v``: ``vo[bstart[b]:bstart[b + 1]]``. From the
-    reversed order (ApproxAP's ``v`` mostly falls along the sorted order) by insertion while
-    it has made at most ``8 m + 64`` moves, else by a merge sort: O(m + moves), at worst
+    """Each box's documents by ascending ``v``: ``vo[bstart[b]:bstart[b + 1]]``, sorted by
+    :func:`~approx_gbdt._pairs._sort_desc_short` on ``-v`` from the reversed order
+    (ApproxAP's ``v`` mostly falls along the sorted order): O(m + moves), at worst
     O(m log m) per box of ``m`` documents."""
+    neg = np.empty(bstart[b1] - bstart[b0])
+    loc = np.empty(neg.shape[0], dtype=np.int32)
     for b in range(b0, b1):
         lo = bstart[b]
-        hi = bstart[b + 1]
-        m = hi - lo
+        m = bstart[b + 1] - lo
         for i in range(m):
-            vo[lo + i] = hi - 1 - i
-        cap = 8 * m + 64
-        moves = 0
-        for i in range(lo + 1, hi):
-            oi = vo[i]
-            key = v[oi]
-            j = i
-            while j > lo and v[vo[j - 1]] > key:
-                vo[j] = vo[j - 1]
-                j -= 1
-            vo[j] = oi
-            moves += i - j
-            if moves > cap:
-                break
-        if moves > cap:
-            neg = np.empty(m)
-            for i in range(m):
-                neg[i] = -v[lo + i]
-            loc = np.empty(m, dtype=np.int32)
-            argsort_desc(neg, loc)  # ascending v, equal v by index
-            for i in range(m):
-                vo[lo + i] = lo + loc[i]
+            neg[i] = -v[lo + i]
+            loc[i] = m - 1 - i
+        _sort_desc_short(neg[:m], loc[:m])
+        for i in range(m):
+            vo[lo + i] = lo + loc[i]
 
 
 @njit(cache=True, **_STEP)
@@ -818,7 +827,7 @@ def _abs_boxes(b0, b1, v, vo, bid, bstart, nlo, nhi, tab, lag, rows, tot, own, b
     into its members (in ascending ``v``) that only moves forward, with the running node
     weights ``S_1``, ``S_v`` of the members it has passed (those below ``v_k``); the node
     weights of ``|v_j - v_k|``, ``v_k (2 S_1 - T_1) + T_v - 2 S_v``, meet the target through
-    the box pair's table of ``w``."""
+    the box pair's table of ``w``. Partners ``[nlo[b], nhi[b])``, those within ``_D_ABS``."""
     T = np.empty(_P)
     acc = np.empty(_P)
     phi = np.empty(_P)
@@ -828,10 +837,6 @@ def _abs_boxes(b0, b1, v, vo, bid, bstart, nlo, nhi, tab, lag, rows, tot, own, b
     for b in range(b0, b1):
         lo = nlo[b]
         hi = nhi[b]
-        while bid[lo] < bid[b] - _D_ABS:
-            lo += 1
-        while bid[hi - 1] > bid[b] + _D_ABS:
-            hi -= 1
         for m in range(_P):
             phi[m] = 0.0
         for s in range(lo, hi):
@@ -869,9 +874,10 @@ def _abs_boxes(b0, b1, v, vo, bid, bstart, nlo, nhi, tab, lag, rows, tot, own, b
 
 @njit(cache=True, **_STEP)
 def _abs_setup(x, gt, lag, rows):
-    """Boxes, self terms of ``w`` and, where ``rows`` is empty, the Lagrange values (in a
-    new array, ``rows`` the identity)."""
+    """Boxes with their partners within ``_D_ABS``, self terms of ``w`` and, where ``rows``
+    is empty, the Lagrange values (in a new array, ``rows`` the identity)."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    _partners(bid, nb, _D_ABS, nlo, nhi)
     n = x.shape[0]
     if rows.shape[0] == 0:
         lag = np.empty((n, _P))
@@ -922,25 +928,4 @@ def grid_abs_par(x, v, bnd, aw, gt, nt, lag, rows):
 def abs_cost(x, n):
     """Work of :func:`grid_abs_seq` on one sorted query, in partner boxes per document
     (``sum_k`` the number of partner boxes of ``k``'s box)."""
-    bid = np.empty(n)
-    cnt = np.empty(n, dtype=np.int64)
-    nb = 0
-    for r in range(n):
-        f = math.floor(max(-x[r] / _H, 0.0))
-        if nb == 0 or f != bid[nb - 1]:
-            bid[nb] = f
-            cnt[nb] = 0
-            nb += 1
-        cnt[nb - 1] += 1
-    work = 0
-    lo = 0
-    hi = 0
-    for b in range(nb):
-        while bid[lo] < bid[b] - _D_ABS:
-            lo += 1
-        if hi < b + 1:
-            hi = b + 1
-        while hi < nb and bid[hi] <= bid[b] + _D_ABS:
-            hi += 1
-        work += cnt[b] * (hi - lo)
-    return work
+    return _partner_work(x, n, _D_ABS)[1]

@@ -455,9 +455,9 @@ def _v_classes(v):
     cut_v = np.empty(C - 1)
     cut_i = np.empty(C - 1, dtype=np.int64)
     for c in range(1, C):
-        i = rank[(c * m) // C]
-        cut_v[c - 1] = v[(i * R) // m]
-        cut_i[c - 1] = (i * R) // m
+        j = (rank[(c * m) // C] * R) // m  # the sample's document at the cut
+        cut_v[c - 1] = v[j]
+        cut_i[c - 1] = j
     cls = np.empty(R, dtype=np.int64)
     for a in range(R):
         # 1 + the number of cuts at or below (v_a, a): a cut opens its class

@@ -244,13 +244,20 @@ def _data(kind, n, seed, nq=1):
     return s, y, ptr
 
 
+def _split_from(obj, par_min):
+    """``obj`` with every query of at least ``par_min`` documents split across threads by
+    rows, the others one query per thread."""
+    obj._par_min = par_min
+    obj._split_share = 0.0
+    return obj
+
+
 def _check(obj, s, y, ptr, grid_mode=1, par_min=K._PAR_MIN, w=None):
     """Max-norm relative error <= 1e-6 per query, plus the grid's absolute bound (module notes:
     ``eps_K`` times the summed weights, normalisation <= 1 / ln 2, weights <= max w), which
     only matters where the exact gradient nearly vanishes (ApproxNDCG@k far below the top k)."""
     obj._grid_mode = grid_mode
-    obj._par_min = par_min
-    obj._split_share = 0.0  # every query of at least par_min takes the row split
+    _split_from(obj, par_min)
     g1, h1 = obj.grad_hess(s, y, ptr, w)
     g0, h0, v, e = obj._reference_grad_hess(s, y, ptr, w)
     wmax = 1.0 if w is None else w.max()
@@ -406,19 +413,9 @@ def test_approx_ap_auto_relevant_bound_few_boxes():
     x, _ = _sorted_windows(s[y >= 1])
     assert njit(lambda x: G.abs_cost(x, x.shape[0]))(x) <= K._ABS_PARTNERS * x.size
 
-    def one_thread():  # the query on one thread (grid_abs_seq)
-        obj = ApproxAP()
-        obj._par_min = n + 1
-        return obj
-
-    def split():  # the query's rows across threads (grid_abs_par)
-        obj = ApproxAP()
-        obj._par_min = 1000
-        obj._split_share = 0.0
-        return obj
-
-    _auto_against_exact(one_thread, s, y, ptr)
-    _auto_against_exact(split, s, y, ptr)
+    # the query on one thread (grid_abs_seq), then its rows across threads (grid_abs_par)
+    _auto_against_exact(lambda: _split_from(ApproxAP(), n + 1), s, y, ptr)
+    _auto_against_exact(lambda: _split_from(ApproxAP(), 1000), s, y, ptr)
 
 
 @pytest.mark.parametrize("kind", ["distinct", "equal", "few values", "short"])
