@@ -215,14 +215,15 @@ def _partner_work(x, n, d):
     partners within ``d`` boxes: the work of the grid's paths (:func:`_costs`,
     :func:`abs_cost`)."""
     bid = np.empty(n)
-    idx = np.empty((3, n), dtype=np.int64)  # cnt, nlo, nhi
-    nb = _box_ids(x[:n], bid, idx[0])
-    _partners(bid, nb, d, idx[1], idx[2])
+    cnt = np.empty(n, dtype=np.int64)
+    nb = _box_ids(x[:n], bid, cnt)
+    ends = np.empty((2, nb), dtype=np.int64)
+    _partners(bid, nb, d, ends[0], ends[1])
     per_doc = 0
     per_box = 0
     for b in range(nb):
-        k = idx[2, b] - idx[1, b]
-        per_doc += idx[0, b] * k
+        k = ends[1, b] - ends[0, b]
+        per_doc += cnt[b] * k
         per_box += k
     return nb, per_doc, per_box
 
