@@ -65,6 +65,7 @@ HESS_BOUND = 1
 HESS_ABS = 2
 HESS_MIXED = 3
 HESS_CONSTANT = 4
+HESS_MIXED_SUM = 5
 
 _T = 37.0
 _L = 300.0
@@ -111,7 +112,7 @@ def pair_work(n):
 
 def need_exact_parts(mode):
     """Whether the Hessian mode needs the exact diagonal's sums."""
-    return mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+    return mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED or mode == HESS_MIXED_SUM
 
 
 @njit(inline="always", cache=True)
@@ -142,11 +143,22 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
         return bound
     if mode == HESS_ABS:
         return abs(exact_m)
-    if mode == HESS_MIXED:
+    if mode == HESS_MIXED or mode == HESS_MIXED_SUM:  # ``bound``: the floor's sum
         h = -exact_m
         fl = floor * bound
         return h if h > fl else fl
     return constant
+
+
+@njit(inline="always", cache=True)
+def floor_sum(v, aw, g):
+    """The sum under the floor of the ``"mixed_sum"`` Hessian of a document, from its chain
+    sums ``aw = sum_{j != k} w_kj`` and ``g = sum_j w_kj (v_j - v_k)``, where every ``v`` is
+    at most 0 (separable measures): ``sum_j w_kj |v_j| = -g - v_k aw`` where ``v_k = 0`` (the
+    bound's own value there), else ``sum_j w_kj (|v_j| + |v_k|) / 2 = -g / 2 - v_k aw``; at
+    least 0 (rounding)."""
+    f = -g if v == 0.0 else -0.5 * g - v * aw
+    return f if f > 0.0 else 0.0
 
 
 
@@ -797,6 +809,8 @@ def finish_rows(n, W, order, alpha, mode, floor, constant, normalize, need_exact
     has_off = off.shape[0] > 0
     for r in range(n):
         bound = alpha2 * bnd[r]
+        if mode == HESS_MIXED_SUM:
+            bound = alpha2 * floor_sum(W.v[r], W.aw[r], g[r])
         exact_m = 0.0
         if need_exact:
             aw = W.aw[r]

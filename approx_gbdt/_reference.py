@@ -18,6 +18,7 @@ from approx_gbdt._pairs import (
     HESS_ABS,
     HESS_EXACT,
     HESS_MIXED,
+    HESS_MIXED_SUM,
     _hessian_of_loss,
     _sig_pair,
     query_weights,
@@ -87,6 +88,20 @@ def chain_query(s, alpha, v, e, need_exact, g, bnd, acc_a, acc_b, acc_w):
         bnd[i] += bi
 
 
+@njit(cache=True)
+def floor_sums_query(s, alpha, v, aw, out):
+    """Pairwise pass for the ``"mixed_sum"`` Hessian's floor: ``out_k = sum_{j != k} w_kj
+    |v_j|`` where ``v_k = 0``, else ``sum_{j != k} w_kj (|v_j| + |v_k|) / 2`` (``aw_k = sum_{j
+    != k} w_kj``)."""
+    n = s.shape[0]
+    for k in range(n):
+        t = 0.0
+        for j in range(n):
+            if j != k:
+                t += _sig_pair(alpha * (s[j] - s[k]))[2] * abs(v[j])
+        out[k] = t if v[k] == 0.0 else 0.5 * (t + abs(v[k]) * aw[k])
+
+
 @njit(inline="always")
 def trivial_query(inv_z_q, a, b, grad, hess):
     """True, with the query's gradient and Hessian zeroed, when the query ``[a, b)`` has no
@@ -149,7 +164,8 @@ def ref_separable_grad_hess(
     ``weights`` has one entry per document, or is empty for unit weights. Queries with
     ``inv_z == 0`` or a single document get zero gradient and zero Hessian.
     """
-    need_exact = mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+    need_exact = (mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+                  or mode == HESS_MIXED_SUM)
     alpha2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
@@ -167,6 +183,8 @@ def ref_separable_grad_hess(
             e[i] = gains[i] * f2 * iz
         chain_query(s[a:b], alpha, v[a:b], e[a:b], need_exact, grad[a:b], hess[a:b],
                     acc_a[a:b], acc_b[a:b], acc_w[a:b])
+        if mode == HESS_MIXED_SUM:  # the floor's sums in place of the bound
+            floor_sums_query(s[a:b], alpha, v[a:b], acc_w[a:b], hess[a:b])
         for i in range(a, b):
             bound = alpha2 * hess[i]
             exact_m = 0.0
@@ -272,7 +290,8 @@ def ref_ap_grad_hess(
     delimited by ``rel_ptr``. ``u`` and ``offdiag`` are work arrays (length n) for the exact
     Hessian's off-diagonal part.
     """
-    need_exact = mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+    need_exact = (mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+                  or mode == HESS_MIXED_SUM)
     alpha2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]

@@ -138,8 +138,9 @@ class _Separable(_ApproxObjective):
         return out
 
 
-_HESSIAN_DOC = """hessian : {"mixed", "bound", "abs", "constant", "exact"}, default "mixed"
-        Hessian handed to the booster, as in :class:`~approx_gbdt.ApproxNDCG`.
+_HESSIAN_DOC = """hessian : {"mixed", "mixed_sum", "bound", "abs", "constant", "exact"}
+        Hessian handed to the booster, as in :class:`~approx_gbdt.ApproxNDCG` (default
+        "mixed").
     hessian_floor, hessian_constant, normalize
         As in :class:`~approx_gbdt.ApproxNDCG`."""
 

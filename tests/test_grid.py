@@ -288,7 +288,7 @@ SEPARABLE = [
 
 
 @pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "spread", "tail", "normal"])
-@pytest.mark.parametrize("mode", ["mixed", "bound", "exact", "abs", "constant"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "exact", "abs", "constant", "mixed_sum"])
 def test_objectives_on_the_grid(kind, mode):
     s, y, ptr = _data(kind, 1200, 5)
     for make in SEPARABLE:
@@ -296,20 +296,22 @@ def test_objectives_on_the_grid(kind, mode):
     # the paths that keep the bound exact (ApproxAP: its relevant documents' sums on the grid)
     _check(ApproxNDCG(hessian=mode, k=5), s, y, ptr)
     _check(ApproxPrecision(k=10, hessian=mode), s, y, ptr)
-    _check(ApproxAP(hessian=mode if mode != "exact" else "bound"), s, y, ptr)
+    _check(ApproxAP(hessian=mode if mode in ApproxAP._hessians and mode != "exact" else "bound"),
+           s, y, ptr)
 
 
-@pytest.mark.parametrize("mode", ["mixed", "bound"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "mixed_sum"])
 def test_grid_with_weights_threads_and_many_queries(mode):
     s, y, ptr = _data("normal", 600, 9, nq=5)
     w = np.random.default_rng(2).uniform(0.5, 2.0, s.shape[0])
+    ap_mode = mode if mode in ApproxAP._hessians else "mixed"
     _check(ApproxNDCG(hessian=mode), s, y, ptr, w=w)
     _check(ApproxNDCG(hessian=mode), s, y, ptr, par_min=100, w=w)  # rows across threads
-    _check(ApproxAP(hessian=mode), s, y, ptr, w=w)
-    _check(ApproxAP(hessian=mode), s, y, ptr, par_min=100, w=w)
+    _check(ApproxAP(hessian=ap_mode), s, y, ptr, w=w)
+    _check(ApproxAP(hessian=ap_mode), s, y, ptr, par_min=100, w=w)
     y[ptr[1]:ptr[2]] = 0.0  # a query with nothing relevant
     _check(ApproxNDCG(hessian=mode), s, y, ptr)
-    _check(ApproxAP(hessian=mode), s, y, ptr, par_min=100)
+    _check(ApproxAP(hessian=ap_mode), s, y, ptr, par_min=100)
 
 
 @pytest.mark.parametrize("n_relevant", [1, 2, 50, 3000])

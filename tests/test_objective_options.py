@@ -94,3 +94,32 @@ def test_truncated_ndcg_warns_when_it_has_no_gradient():
         ApproxNDCG(k=10, beta=0.1).grad_hess(np.zeros(n), y, ptr)
         ApproxNDCG().grad_hess(np.zeros(n), y, ptr)
         ApproxNDCG(k=10).grad_hess(np.zeros(n), np.zeros(n), ptr)  # nothing relevant: silent
+
+
+def test_mixed_sum_is_mixed_on_documents_of_gain_zero():
+    """"mixed_sum" floors the exact diagonal with sum_j w_kj |v_j| where v_k = 0 (the bound's
+    value there) and with sum_j w_kj (|v_j| + |v_k|) / 2 elsewhere: on the documents of label
+    0 its Hessian is "mixed"'s; the gradient is the same everywhere."""
+    s, y, ptr = _queries(3, sizes=(2, 9, 31, 60, 700))
+    s[ptr[1]:ptr[2]] = 0.0  # all tied: the exact diagonal is negative, the floor decides
+    g0, h0 = ApproxNDCG(hessian="mixed").grad_hess(s, y, ptr)
+    g1, h1 = ApproxNDCG(hessian="mixed_sum").grad_hess(s, y, ptr)
+    np.testing.assert_array_equal(g1, g0)
+    zero = y == 0
+    np.testing.assert_allclose(h1[zero], h0[zero], rtol=1e-9, atol=0)
+    assert np.any(h1[~zero] != h0[~zero])
+
+
+@pytest.mark.parametrize("options", [{"positions": "label_aware"}, {"pair_force": "chord"}])
+def test_mixed_sum_needs_the_fast_kernels(options):
+    with pytest.raises(ValueError, match="mixed_sum"):
+        ApproxNDCG(hessian="mixed_sum", **options)
+    with pytest.raises(ValueError, match="mixed_sum"):
+        ApproxNDCG(**options).grad_hess(*_queries(), hessian="mixed_sum")
+
+
+def test_approx_ap_has_no_mixed_sum():
+    with pytest.raises(ValueError, match="hessian must be one of"):
+        ApproxAP(hessian="mixed_sum")
+    with pytest.raises(ValueError, match="hessian must be one of"):
+        ApproxAP().grad_hess(*_queries(), hessian="mixed_sum")
