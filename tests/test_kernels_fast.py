@@ -227,7 +227,7 @@ def test_values_and_positions(spread, loops):
 
 
 @pytest.mark.parametrize("loops", ["direct", "windowed"])
-@pytest.mark.parametrize("mode", ["mixed", "bound"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "mixed_sum"])
 def test_all_tiers_in_one_call(mode, loops):
     # short queries (the direct or the windowed loops), two of the middle tier (grid where
     # cheaper, one thread) and one above par_min (rows split), with weights, in one call
@@ -240,9 +240,10 @@ def test_all_tiers_in_one_call(mode, loops):
     w = rng.uniform(0.5, 2.0, n)
     r = (rng.random(n) < 0.01).astype(float)  # ApproxAP's exact reference costs O(n R^2)
     r[ptr[2]] = 1.0
+    ap_mode = mode if mode in ApproxAP._hessians else "mixed"  # the same exact-sums blocks
     with _loops(loops) as blocks:
         _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, w=w)
-        _compare(ApproxAP(hessian=mode), s, r, ptr, mode, w=w)
+        _compare(ApproxAP(hessian=ap_mode), s, r, ptr, ap_mode, w=w)
     _short_blocks_were(blocks, loops)
     variant = "exact" if need_exact_parts(HESSIANS[mode]) else "bound"
     assert {f"_long_block_{variant}", f"_long_block_ap_{variant}"} <= blocks
