@@ -211,7 +211,7 @@ def _partners(bid, nb, d, nlo, nhi):
 
 @njit(cache=True, **_STEP)
 def _partner_work(x, n, d):
-    """``(boxes, sum_b cnt_b (partners of b), sum_b (partners of b))`` of one sorted query,
+    """``(sum_b cnt_b (partners of b), sum_b (partners of b))`` of one sorted query,
     partners within ``d`` boxes: the work of the grid's paths (:func:`_costs`,
     :func:`abs_cost`)."""
     bid = np.empty(n)
@@ -225,7 +225,7 @@ def _partner_work(x, n, d):
         k = ends[1, b] - ends[0, b]
         per_doc += cnt[b] * k
         per_box += k
-    return nb, per_doc, per_box
+    return per_doc, per_box
 
 
 @njit(cache=True, **_STEP)
@@ -235,7 +235,7 @@ def _costs(x, jend, n):
     pairs = 0
     for r in range(n):
         pairs += jend[r] - r - 1
-    return pairs, _partner_work(x, n, _D)[2]
+    return pairs, _partner_work(x, n, _D)[1]
 
 
 @njit(inline="always", cache=True)
@@ -929,4 +929,4 @@ def grid_abs_par(x, v, bnd, aw, gt, nt, lag, rows):
 def abs_cost(x, n):
     """Work of :func:`grid_abs_seq` on one sorted query, in partner boxes per document
     (``sum_k`` the number of partner boxes of ``k``'s box)."""
-    return _partner_work(x, n, _D_ABS)[1]
+    return _partner_work(x, n, _D_ABS)[0]

@@ -59,11 +59,9 @@ from numba import njit, prange
 from approx_gbdt._measure_terms import _term
 from approx_gbdt._pairs import (
     _T,
-    HESS_ABS,
-    HESS_EXACT,
-    HESS_MIXED,
     _hessian_of_loss,
     argsort_desc,
+    need_exact_parts,
     query_weights,
 )
 from approx_gbdt._reference import finish_query, trivial_query
@@ -200,7 +198,7 @@ def pair_force_grad_hess(s, y, gains, inv_z, group_ptr, weights, alpha, kind, k,
     """Gradient and Hessian of ``L = -sum_q M_q`` for label-aware positions and/or chord
     forces (see the module docstring) of the separable measure with position term ``kind``
     (``_measure_terms``); the other arguments as ``_kernels.grad_hess``."""
-    need_exact = mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
+    need_exact = need_exact_parts(mode)
     alpha2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]

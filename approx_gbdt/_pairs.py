@@ -110,8 +110,10 @@ def pair_work(n):
     )
 
 
+@njit(cache=True, **_ENTRY)
 def need_exact_parts(mode):
-    """Whether the Hessian mode needs the exact diagonal's sums."""
+    """Whether the Hessian mode needs the exact diagonal's sums (from Python and from the
+    reference and pair-force kernels)."""
     return mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED or mode == HESS_MIXED_SUM
 
 

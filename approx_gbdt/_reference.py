@@ -15,12 +15,10 @@ from numba import njit, prange
 
 from approx_gbdt._measure_terms import _term
 from approx_gbdt._pairs import (
-    HESS_ABS,
-    HESS_EXACT,
-    HESS_MIXED,
     HESS_MIXED_SUM,
     _hessian_of_loss,
     _sig_pair,
+    need_exact_parts,
     query_weights,
 )
 
@@ -164,8 +162,7 @@ def ref_separable_grad_hess(
     ``weights`` has one entry per document, or is empty for unit weights. Queries with
     ``inv_z == 0`` or a single document get zero gradient and zero Hessian.
     """
-    need_exact = (mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
-                  or mode == HESS_MIXED_SUM)
+    need_exact = need_exact_parts(mode)
     alpha2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
@@ -290,8 +287,7 @@ def ref_ap_grad_hess(
     delimited by ``rel_ptr``. ``u`` and ``offdiag`` are work arrays (length n) for the exact
     Hessian's off-diagonal part.
     """
-    need_exact = (mode == HESS_EXACT or mode == HESS_ABS or mode == HESS_MIXED
-                  or mode == HESS_MIXED_SUM)
+    need_exact = need_exact_parts(mode)
     alpha2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]

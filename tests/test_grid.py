@@ -389,16 +389,20 @@ def _auto_against_exact(make, s, y, ptr):
     assert np.abs(h1 - h0).max() <= 1e-6 * np.abs(h0).max()
 
 
+def _one_long_ap_query(seed, sd, n=8000):
+    """One query of ``n`` documents, N(0, sd) scores, 45 % relevant."""
+    rng = np.random.default_rng(seed)
+    s = rng.normal(size=n) * sd
+    y = (rng.random(n) < 0.45).astype(float)
+    return s, y, np.array([0, n], dtype=np.int64)
+
+
 def test_approx_ap_auto_splits_many_relevant_by_v():
     # a long query whose 3,600 relevant documents are all within one window of each other: the
     # automatic choice takes the grid, and the relevant documents' bound splits by v (pairs of
     # different v classes on the grid, pairs within a class exactly); the exact windowed kernel
     # is the reference
-    rng = np.random.default_rng(3)
-    n = 8000
-    ptr = np.array([0, n], dtype=np.int64)
-    s = rng.normal(size=n) * 0.3
-    y = (rng.random(n) < 0.45).astype(float)
+    s, y, ptr = _one_long_ap_query(3, 0.3)
     assert _takes_grid(s[y >= 1])  # the relevant documents alone take the grid
     _auto_against_exact(ApproxAP, s, y, ptr)
 
@@ -407,11 +411,8 @@ def test_approx_ap_auto_relevant_bound_few_boxes():
     # a long query whose relevant documents all lie within about two boxes (ApproxAP's first
     # rounds): their own sums take the grid with each box sorted by v (grid_abs_seq); the
     # exact windowed kernel is the reference
-    rng = np.random.default_rng(4)
-    n = 8000
-    ptr = np.array([0, n], dtype=np.int64)
-    s = rng.normal(size=n) * 0.02
-    y = (rng.random(n) < 0.45).astype(float)
+    s, y, ptr = _one_long_ap_query(4, 0.02)
+    n = s.size
     x, _ = _sorted_windows(s[y >= 1])
     assert njit(lambda x: G.abs_cost(x, x.shape[0]))(x) <= K._ABS_PARTNERS * x.size
 
