@@ -80,6 +80,7 @@ from approx_gbdt._pairs import (
     _TILE,
     HESS_ABS,
     HESS_BOUND,
+    HESS_BOUND_SUM,
     HESS_CONSTANT,
     HESS_EXACT,
     HESS_MIXED,
@@ -110,6 +111,7 @@ __all__ = [
     "HESS_EXACT",
     "HESS_MIXED",
     "HESS_MIXED_SUM",
+    "HESS_BOUND_SUM",
     "KIND_AP",
     "SMALL_N",
     "_PAR_MIN",
@@ -176,13 +178,15 @@ def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt, lag):
 
 
 @njit(inline="always", cache=True)
-def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va, nt, gt, lag):
+def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va, bsum, nt, gt,
+                lag):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
     kernel sums there (the bound needs ``split``: a separable measure without truncation, and
     at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly. On the grid, weights
     ``va`` (an empty array: none) also give ``W.bnd = F_va[w] - va_k F_1[w]`` (``_grid``'s
     notation), for a bound the caller completes; ``lag`` holds the Lagrange values of the
-    positions step."""
+    positions step. The exact loops sum ``"bound_sum"``'s ``w (|v_j| + |v_k|)`` into ``W.bnd``
+    with ``bsum``, else the bound's ``w |v_j - v_k|``."""
     if grid:
         cls = W.jend[:0]
         ncls = 0
@@ -195,9 +199,9 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
             _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt, lag)
             return
     if big:
-        _sorted_chain_par(n, W, need_exact, nt)
+        _sorted_chain_par(n, W, need_exact, bsum, nt)
     else:
-        _sorted_chain(n, W, need_exact)
+        _sorted_chain(n, W, need_exact, bsum)
 
 
 # ApproxAP's per-query function is compiled apart from its long blocks (one function per block
@@ -232,20 +236,26 @@ def _make_query_ap(big, need_exact):
             return ap_value_sum(R, A, iz)
         ap_ve(n, R, W, A, beta, iz)
         need_bound = _need_bound(mode)
+        bsum = mode == HESS_BOUND_SUM
         # ApproxAP's v is coupled, not monotone within a class: the grid's class split does not
         # apply; its bound comes from _ap_grid_bound where that is cheaper than the exact chain.
         # (``n < 0`` is False as a run-time value: a literal False would compile the callee once
         # more.)
         S = _relevant_part(n, W, A, R if grid and need_bound else 0)
         bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, S.jend[:R], gp)
-        # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd)
-        av = np.empty(n if bound_grid else 0)
+        # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd), and
+        # they are most of "bound_sum"'s: sum_j w_kj (|v_j| - |v_k|) + 2 |v_k| aw_k
+        sum_grid = grid and bsum
+        av = W.av[:n if bound_grid or sum_grid else 0]
         for r in range(av.shape[0]):
             av[r] = abs(W.v[r])
         _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
-                    need_bound and not bound_grid, n < 0, W.v, order, av, nt, gt, lag)
+                    need_bound and not bound_grid, n < 0, W.v, order, av, bsum, nt, gt, lag)
         if bound_grid:
             _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag)
+        if sum_grid:
+            for r in range(n):
+                W.bnd[r] += 2.0 * av[r] * W.aw[r]
         _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
                    need_exact, wts, grad, hess)
         return 0.0
@@ -279,7 +289,7 @@ def _query(big, need_exact, job, s, gains, iz, wts, alpha, kind, k, beta, theta,
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         # the class split of the bound needs v monotone within a gain class (no top-k)
         _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
-                    W.v[:0], nt, gt, lag)
+                    W.v[:0], mode == HESS_BOUND_SUM, nt, gt, lag)
         _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
                        W.v[:0], wts, grad, hess)
 
@@ -600,7 +610,7 @@ def _make_short_block(exact):
                     pos[a + o[r]] = W.pos[r]
                 continue
             separable_ve(n, W, gains[a:b], o, inv_z[q], kind, k, beta, theta)
-            _sorted_chain(n, W, exact)
+            _sorted_chain(n, W, exact, mode == HESS_BOUND_SUM)
             _sorted_finish(n, W, o, alpha, mode, floor, constant, normalize, exact, W.v[:0],
                            w_q, grad[a:b], hess[a:b])
 
@@ -644,7 +654,7 @@ def _make_small_block(exact):
                     pos[a + r] = W.pos[r]
                 continue
             separable_ve(n, W, gains[a:b], ident, inv_z[q], kind, k, beta, theta)
-            small_chain(n, W, P, exact)
+            small_chain(n, W, P, exact, mode == HESS_BOUND_SUM)
             finish_rows(n, W, ident, alpha, mode, floor, constant, normalize, exact, W.v[:0],
                         w_q, grad[a:b], hess[a:b], False)
 
@@ -676,7 +686,7 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
         if job == JOB_VALUE:
             out[q] = val
             continue
-        small_chain(n, W, P, False)
+        small_chain(n, W, P, False, mode == HESS_BOUND_SUM)
         finish_rows(n, W, ident, alpha, mode, floor, constant, normalize, False, W.v[:0], w_q,
                     grad[a:b], hess[a:b], False)
 
@@ -737,7 +747,7 @@ def _make_short_block_ap(exact):
                 out[q] = ap_value_sum(R, A, inv_z[q])
                 continue
             ap_ve(n, R, W, A, beta, inv_z[q])
-            _sorted_chain(n, W, exact)
+            _sorted_chain(n, W, exact, mode == HESS_BOUND_SUM)
             _ap_finish(n, R, W, A, Hc, o, inv_z[q], alpha, beta, mode, floor, constant,
                        normalize, exact, w_q, grad[a:b], hess[a:b])
 

@@ -66,6 +66,7 @@ HESS_ABS = 2
 HESS_MIXED = 3
 HESS_CONSTANT = 4
 HESS_MIXED_SUM = 5
+HESS_BOUND_SUM = 6
 
 _T = 37.0
 _L = 300.0
@@ -86,7 +87,7 @@ _STEP = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 _ENTRY = {"no_cfunc_wrapper": True}
 
 PairWork = namedtuple(
-    "PairWork", ["x", "ex", "pos", "v", "e", "g", "bnd", "aa", "ab", "aw", "jend", "bend"]
+    "PairWork", ["x", "ex", "pos", "v", "e", "g", "bnd", "aa", "ab", "aw", "av", "jend", "bend"]
 )
 PairWork.__doc__ = """Work space of one query in sorted order (float arrays of length ``n``, int
 arrays of length ``n + 1``; a thread's work space may be longer and is used from the start).
@@ -94,7 +95,7 @@ arrays of length ``n + 1``; a thread's work space may be longer and is used from
 x, ex : alpha (s_(r) - s_(0)) and its exponential within the row's exp block
 pos : smoothed positions
 v, e : dM/dpos^ and d2M/dpos^2 (diagonal), filled by the measure
-g, bnd : sum_j w (v_j - v_r) and sum_j w |v_j - v_r|
+g, bnd : sum_j w (v_j - v_r) and sum_j w |v_j - v_r| (``"bound_sum"``: sum_j w (|v_j| + |v_r|))
 aa, ab, aw : sum_j w (1 - 2 sig)(v_j - v_r), sum_j w^2 e_j and sum_j w (exact diagonal only)
 jend, bend : end of the row's window and of its exp block
 """
@@ -105,7 +106,7 @@ def pair_work(n):
     """A :class:`PairWork` for queries of up to ``n`` documents."""
     return PairWork(
         np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
-        np.empty(n), np.empty(n), np.empty(n), np.empty(n),
+        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
         np.empty(n + 1, dtype=np.int64), np.empty(n + 1, dtype=np.int64),
     )
 
@@ -141,7 +142,7 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
     """Positive (or exact) Hessian of L = -M for one document from the pieces of d2M."""
     if mode == HESS_EXACT:
         return -exact_m
-    if mode == HESS_BOUND:
+    if mode == HESS_BOUND or mode == HESS_BOUND_SUM:
         return bound
     if mode == HESS_ABS:
         return abs(exact_m)
@@ -150,6 +151,20 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
         fl = floor * bound
         return h if h > fl else fl
     return constant
+
+
+@njit(inline="always", cache=True)
+def bound_weights(n, W, bsum):
+    """``(bv, bs)`` such that the bound's pair terms are ``w |bv_j - bs bv_k|``: ``(v, 1)``
+    for ``|v_j - v_k|``, or with ``bsum`` ``(|v|, -1)`` (in ``W.av``) for ``"bound_sum"``'s
+    ``|v_j| + |v_k|``, so that the pair loops have no branch. Whole arrays (rows ``0..n-1``
+    are the query's), as ``W.v`` is."""
+    if not bsum:
+        return W.v, 1.0
+    av = W.av
+    for r in range(n):
+        av[r] = abs(W.v[r])
+    return av, -1.0
 
 
 @njit(inline="always", cache=True)
@@ -443,8 +458,10 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
 
 
 @njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
-def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
-    ex, v, cg, cb = ex[j0:j1], v[j0:j1], cg[j0:j1], cb[j0:j1]
+def _chain_seg_bound(j0, j1, f, ex, v, vi, bv, bvi, cg, cb):
+    # the bound's terms are w |bv_j - bvi|: bv = v, bvi = v_i for the bound, bv = |v| and
+    # bvi = -|v_i| for "bound_sum" (no branch in the loop)
+    ex, v, bv, cg, cb = ex[j0:j1], v[j0:j1], bv[j0:j1], cg[j0:j1], cb[j0:j1]
     gi = 0.0
     bi = 0.0
     for j in range(ex.shape[0]):
@@ -455,7 +472,7 @@ def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
         wd = w * dv
         gi += wd
         cg[j] -= wd
-        ad = w * abs(dv)
+        ad = w * abs(bv[j] - bvi)
         bi += ad
         cb[j] += ad
     return gi, bi
@@ -524,7 +541,8 @@ def _make_chain_rows(exact):
     gradient and the bound. ``exact`` is a constant of the compiled function, so that each
     variant compiles only its own pair loop."""
 
-    def chain_rows(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
+    def chain_rows(r0, r1, x, ex, jend, bend, v, ee, bv, bs, rg, rb, ra, rB, rw, cg, cb, ca, cB,
+                   cw):
         for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
             for i in range(r0, r1):
                 lo, hi = _tile_span(i, c0, jend)
@@ -542,7 +560,8 @@ def _make_chain_rows(exact):
                         Bi += B
                         wi += w
                     else:
-                        g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], cg, cb)
+                        g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], bv, bs * bv[i],
+                                                cg, cb)
                     gi += g
                     bi += b
                 rg[i] += gi
@@ -560,15 +579,15 @@ _chain_rows_bound = _make_chain_rows(False)
 
 
 @njit(inline="always", cache=True)
-def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact,
+def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact, bv, bs,
                 rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
     """``_chain_rows_exact`` or ``_chain_rows_bound``; a caller whose ``need_exact`` is a
     constant compiles only that one."""
     if need_exact:
-        _chain_rows_exact(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw,
+        _chain_rows_exact(r0, r1, x, ex, jend, bend, v, ee, bv, bs, rg, rb, ra, rB, rw,
                           cg, cb, ca, cB, cw)
     else:
-        _chain_rows_bound(r0, r1, x, ex, jend, bend, v, ee, rg, rb, ra, rB, rw,
+        _chain_rows_bound(r0, r1, x, ex, jend, bend, v, ee, bv, bs, rg, rb, ra, rB, rw,
                           cg, cb, ca, cB, cw)
 
 
@@ -658,7 +677,7 @@ def _make_par_chain(exact):
     ``_CHUNK``: all five sums (``exact``) or only the gradient and the bound, a constant of the
     compiled function as in :func:`_make_chain_rows`."""
 
-    def par_chain(x, ex, jend, bend, v, ee, g, bnd, aa, ab, aw, buf):
+    def par_chain(x, ex, jend, bend, v, ee, bv, bs, g, bnd, aa, ab, aw, buf):
         n = x.shape[0]
         nt = buf.shape[0]
         nch = (n + _CHUNK - 1) // _CHUNK
@@ -670,7 +689,7 @@ def _make_par_chain(exact):
             for c in range(t, nch, nt):
                 r0 = c * _CHUNK
                 r1 = min(n, (c + 1) * _CHUNK)
-                _chain_rows(r0, r1, x, ex, jend, bend, v, ee, exact,
+                _chain_rows(r0, r1, x, ex, jend, bend, v, ee, exact, bv, bs,
                             b[0], b[1], b[2], b[3], b[4], b[0], b[1], b[2], b[3], b[4])
         for r in prange(n):
             s0 = 0.0
@@ -735,8 +754,9 @@ def _sorted_positions(s, order, alpha, W):
 
 
 @njit(inline="always", cache=True)
-def _sorted_chain(n, W, need_exact):
-    """Sorted-order chain-rule sums of one query, on the calling thread."""
+def _sorted_chain(n, W, need_exact, bsum):
+    """Sorted-order chain-rule sums of one query, on the calling thread (the bound's sums, or
+    with ``bsum`` those of ``"bound_sum"``, which no mode with the exact sums has)."""
     g = W.g[:n]
     bnd = W.bnd[:n]
     aa = W.aa[:n]
@@ -748,17 +768,19 @@ def _sorted_chain(n, W, need_exact):
         aa[r] = 0.0
         ab[r] = 0.0
         aw[r] = 0.0
+    bv, bs = bound_weights(n, W, bsum)
     # a literal 0, as in _positions_rows
     _chain_rows(0, n, W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n],
-                need_exact, g, bnd, aa, ab, aw, g, bnd, aa, ab, aw)
+                need_exact, bv[:n], bs, g, bnd, aa, ab, aw, g, bnd, aa, ab, aw)
 
 
 @njit(inline="always", cache=True)
-def _sorted_chain_par(n, W, need_exact, nt):
+def _sorted_chain_par(n, W, need_exact, bsum, nt):
     """Sorted-order chain-rule sums of one long query, rows split across threads; a caller
     whose ``need_exact`` is a constant compiles only that variant of the row split."""
-    args = (W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], W.g[:n], W.bnd[:n],
-            W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))
+    bv, bs = bound_weights(n, W, bsum)
+    args = (W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], bv[:n], bs, W.g[:n],
+            W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))
     if need_exact:
         _par_chain_exact(*args)
     else:

@@ -15,6 +15,7 @@ from numba import njit, prange
 
 from approx_gbdt._measure_terms import _term
 from approx_gbdt._pairs import (
+    HESS_BOUND_SUM,
     HESS_MIXED_SUM,
     _hessian_of_loss,
     _sig_pair,
@@ -100,6 +101,19 @@ def floor_sums_query(s, alpha, v, aw, out):
         out[k] = t if v[k] == 0.0 else 0.5 * (t + abs(v[k]) * aw[k])
 
 
+@njit(cache=True)
+def bound_sums_query(s, alpha, v, out):
+    """Pairwise pass for the ``"bound_sum"`` Hessian: ``out_k = sum_{j != k} w_kj (|v_j| +
+    |v_k|)``."""
+    n = s.shape[0]
+    for k in range(n):
+        t = 0.0
+        for j in range(n):
+            if j != k:
+                t += _sig_pair(alpha * (s[j] - s[k]))[2] * (abs(v[j]) + abs(v[k]))
+        out[k] = t
+
+
 @njit(inline="always")
 def trivial_query(inv_z_q, a, b, grad, hess):
     """True, with the query's gradient and Hessian zeroed, when the query ``[a, b)`` has no
@@ -182,6 +196,8 @@ def ref_separable_grad_hess(
                     acc_a[a:b], acc_b[a:b], acc_w[a:b])
         if mode == HESS_MIXED_SUM:  # the floor's sums in place of the bound
             floor_sums_query(s[a:b], alpha, v[a:b], acc_w[a:b], hess[a:b])
+        if mode == HESS_BOUND_SUM:
+            bound_sums_query(s[a:b], alpha, v[a:b], hess[a:b])
         for i in range(a, b):
             bound = alpha2 * hess[i]
             exact_m = 0.0
@@ -312,6 +328,8 @@ def ref_ap_grad_hess(
         if need_exact:
             _ap_offdiag_query(sq, pq, ridx, alpha, beta, inv_r[q], acc_w[a:b], u[a:b],
                               offdiag[a:b])
+        if mode == HESS_BOUND_SUM:
+            bound_sums_query(sq, alpha, vq, hess[a:b])
         for i in range(a, b):
             bound = alpha2 * hess[i]
             exact_m = 0.0

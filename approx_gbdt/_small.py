@@ -31,7 +31,7 @@ import math
 import numpy as np
 from numba import njit
 
-from approx_gbdt._pairs import _sig_pair
+from approx_gbdt._pairs import _sig_pair, bound_weights
 
 SMALL_N = 512  # shorter queries take these loops (the grid's GRID_MIN_N; table: 4 MiB)
 _SPREAD = 600.0  # exp(-600) ~ 1e-261: E and E_i + E_j stay normal numbers
@@ -110,16 +110,19 @@ def small_positions(s, alpha, W, F):
 
 
 @njit(inline="always", cache=True)
-def small_chain(n, W, F, need_exact):
+def small_chain(n, W, F, need_exact, bsum):
     """Chain-rule sums of one query from its table ``F`` and ``W.v``, ``W.e``: ``W.g``,
-    ``W.bnd`` and, when ``need_exact``, ``W.aa``, ``W.ab``, ``W.aw`` (``_pairs`` notation), each
-    a sum over its row (the diagonal's ``w = 0`` adds nothing)."""
+    ``W.bnd`` (with ``bsum`` the sum ``sum_j w (|v_j| + |v_i|)`` of ``"bound_sum"``) and, when
+    ``need_exact``, ``W.aa``, ``W.ab``, ``W.aw`` (``_pairs`` notation), each a sum over its row
+    (the diagonal's ``w = 0`` adds nothing)."""
     v = W.v
     e = W.e
     sig = F[0]
     wt = F[1]
+    bv, bs = bound_weights(n, W, bsum)
     for i in range(n):
         vi = v[i]
+        bvi = bs * bv[i]
         rs = sig[i]
         rw = wt[i]
         gi = 0.0
@@ -132,7 +135,7 @@ def small_chain(n, W, F, need_exact):
             dv = v[j] - vi
             wd = w * dv
             gi += wd
-            bi += w * abs(dv)
+            bi += w * abs(bv[j] - bvi)
             if need_exact:
                 ai += wd * (1.0 - 2.0 * rs[j])
                 Bi += w * w * e[j]
