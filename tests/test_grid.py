@@ -288,23 +288,27 @@ SEPARABLE = [
 
 
 @pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "spread", "tail", "normal"])
-@pytest.mark.parametrize("mode", ["mixed", "bound", "exact", "abs", "constant", "mixed_sum"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "exact", "abs", "constant", "mixed_sum",
+                                  "bound_sum"])
 def test_objectives_on_the_grid(kind, mode):
     s, y, ptr = _data(kind, 1200, 5)
-    for make in SEPARABLE:
-        _check(make(mode), s, y, ptr)
-    # the paths that keep the bound exact (ApproxAP: its relevant documents' sums on the grid)
-    _check(ApproxNDCG(hessian=mode, k=5), s, y, ptr)
-    _check(ApproxPrecision(k=10, hessian=mode), s, y, ptr)
+    if mode in ApproxNDCG._hessians:  # (ApproxAP's "bound_sum" only)
+        for make in SEPARABLE:
+            _check(make(mode), s, y, ptr)
+        # the paths that keep the bound exact (ApproxAP: its relevant documents' sums on the
+        # grid)
+        _check(ApproxNDCG(hessian=mode, k=5), s, y, ptr)
+        _check(ApproxPrecision(k=10, hessian=mode), s, y, ptr)
     _check(ApproxAP(hessian=mode if mode in ApproxAP._hessians and mode != "exact" else "bound"),
            s, y, ptr)
 
 
-@pytest.mark.parametrize("mode", ["mixed", "bound", "mixed_sum"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "mixed_sum", "bound_sum"])
 def test_grid_with_weights_threads_and_many_queries(mode):
     s, y, ptr = _data("normal", 600, 9, nq=5)
     w = np.random.default_rng(2).uniform(0.5, 2.0, s.shape[0])
     ap_mode = mode if mode in ApproxAP._hessians else "mixed"
+    mode = mode if mode in ApproxNDCG._hessians else "bound"
     _check(ApproxNDCG(hessian=mode), s, y, ptr, w=w)
     _check(ApproxNDCG(hessian=mode), s, y, ptr, par_min=100, w=w)  # rows across threads
     _check(ApproxAP(hessian=ap_mode), s, y, ptr, w=w)
@@ -327,8 +331,9 @@ def test_approx_ap_bound_on_the_grid_few_and_many_relevant(n_relevant):
     if n_relevant > 100:
         y[:20] = 1.0  # relevant documents among the ties
     ptr = np.array([0, n], dtype=np.int64)
-    _check(ApproxAP(), s, y, ptr)
-    _check(ApproxAP(), s, y, ptr, par_min=1000)
+    for mode in ("bound", "bound_sum"):
+        _check(ApproxAP(hessian=mode), s, y, ptr)
+        _check(ApproxAP(hessian=mode), s, y, ptr, par_min=1000)
 
 
 def test_more_gain_classes_than_the_split_takes():
@@ -405,6 +410,7 @@ def test_approx_ap_auto_splits_many_relevant_by_v():
     s, y, ptr = _one_long_ap_query(3, 0.3)
     assert _takes_grid(s[y >= 1])  # the relevant documents alone take the grid
     _auto_against_exact(ApproxAP, s, y, ptr)
+    _auto_against_exact(lambda: ApproxAP(hessian="bound_sum"), s, y, ptr)  # no such pass
 
 
 def test_approx_ap_auto_relevant_bound_few_boxes():
@@ -458,7 +464,7 @@ def test_approx_ap_auto_relevant_sums_on_the_grid(spread):
     y = (rng.random(n) < 0.45) * rng.integers(1, 4, n).astype(float)
     R = int((y > 0).sum())
     assert G.use_grid(np.zeros(R), np.full(R, R, dtype=np.int64), R, 0)
-    _auto_against_exact(ApproxAP, s, y, ptr)
-    _auto_against_exact(lambda: ApproxAP(hessian="constant"), s, y, ptr)
+    for mode in ("bound_sum", "bound", "constant"):
+        _auto_against_exact(lambda mode=mode: ApproxAP(hessian=mode), s, y, ptr)
     np.testing.assert_allclose(ApproxAP().value(s, y, ptr),
                                ApproxAP()._reference_value(s, y, ptr), rtol=1e-8)

@@ -31,7 +31,7 @@ from approx_gbdt._small import _SPREAD
 from approx_gbdt.hosts import doc_weights
 from approx_gbdt.objectives import HESSIANS, ApproxAP, ApproxNDCG, smoothed_positions
 
-MODES = ["exact", "bound", "abs", "mixed", "constant", "mixed_sum"]
+MODES = ["exact", "bound", "abs", "mixed", "constant", "mixed_sum", "bound_sum"]
 ET = math.exp(-K._T)
 
 
@@ -113,8 +113,9 @@ OBJECTIVES = [
 
 
 def _objectives(mode):
-    """The objectives above that have the Hessian mode (ApproxAP has no "mixed_sum")."""
-    return [make(mode) for make in OBJECTIVES[:3 if mode == "mixed_sum" else None]]
+    """The objectives above that have the Hessian mode (ApproxAP has no "mixed_sum",
+    ApproxNDCG no "bound_sum")."""
+    return [make(mode) for make in OBJECTIVES if mode in make("bound")._hessians]
 
 
 @pytest.mark.parametrize("loops", ["direct", "windowed"])
@@ -166,9 +167,10 @@ def test_one_huge_query():
     y_ap = np.zeros(n)
     y_ap[rng.choice(n, 15, replace=False)] = 1.0
     _compare(ApproxAP(hessian="mixed"), s, y_ap, ptr, "mixed")
+    _compare(ApproxAP(hessian="bound_sum"), s, y_ap, ptr, "bound_sum")
 
 
-@pytest.mark.parametrize("mode", ["mixed", "bound"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "bound_sum"])
 def test_long_query_across_tiles_and_exp_blocks(mode):
     # alpha * (score range) = 400 > L: two exp blocks, with windows (T / alpha = 3.7 score
     # units, ~740 documents) that straddle the block boundary and the column tiles.
@@ -178,8 +180,9 @@ def test_long_query_across_tiles_and_exp_blocks(mode):
     ptr = np.array([0, n], dtype=np.int64)
     s = rng.uniform(0.0, 40.0, n)
     y = (rng.random(n) < 0.3) * rng.integers(1, 5, n).astype(float)
-    _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode)
-    _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, par_min=n + 1)  # one thread
+    if mode in ApproxNDCG._hessians:
+        _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode)
+        _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, par_min=n + 1)  # one thread
     # ApproxAP's exact reference diagonal costs O(n R^2): keep R near 100
     r = (rng.random(n) < 0.0125).astype(float)
     _compare(ApproxAP(hessian=mode), s, r, ptr, mode)
@@ -227,7 +230,7 @@ def test_values_and_positions(spread, loops):
 
 
 @pytest.mark.parametrize("loops", ["direct", "windowed"])
-@pytest.mark.parametrize("mode", ["mixed", "bound", "mixed_sum"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "mixed_sum", "bound_sum"])
 def test_all_tiers_in_one_call(mode, loops):
     # short queries (the direct or the windowed loops), two of the middle tier (grid where
     # cheaper, one thread) and one above par_min (rows split), with weights, in one call
@@ -240,9 +243,11 @@ def test_all_tiers_in_one_call(mode, loops):
     w = rng.uniform(0.5, 2.0, n)
     r = (rng.random(n) < 0.01).astype(float)  # ApproxAP's exact reference costs O(n R^2)
     r[ptr[2]] = 1.0
-    ap_mode = mode if mode in ApproxAP._hessians else "mixed"  # the same exact-sums blocks
+    # a mode the measure lacks: the other's with the same blocks (of the exact sums or not)
+    ap_mode = mode if mode in ApproxAP._hessians else "mixed"
+    ndcg_mode = mode if mode in ApproxNDCG._hessians else "bound"
     with _loops(loops) as blocks:
-        _compare(ApproxNDCG(hessian=mode), s, y, ptr, mode, w=w)
+        _compare(ApproxNDCG(hessian=ndcg_mode), s, y, ptr, ndcg_mode, w=w)
         _compare(ApproxAP(hessian=ap_mode), s, r, ptr, ap_mode, w=w)
     _short_blocks_were(blocks, loops)
     variant = "exact" if need_exact_parts(HESSIANS[mode]) else "bound"
@@ -269,9 +274,9 @@ def test_direct_loops_of_short_queries(spread):
     y = rng.integers(0, 4, n).astype(float)
     y[ptr[5]:ptr[6]] = 0.0  # a query with nothing relevant
     w = rng.uniform(0.5, 2.0, n)
-    objs = [ApproxNDCG(hessian=m) for m in MODES] + [
+    objs = [ApproxNDCG(hessian=m) for m in MODES if m in ApproxNDCG._hessians] + [
         ApproxNDCG(k=3), ApproxMRR(), ApproxRBP(), ApproxAP(), ApproxAP(hessian="constant"),
-        ApproxAP(beta=50.0, normalize=False),
+        ApproxAP(hessian="bound_sum"), ApproxAP(beta=50.0, normalize=False),
     ]
     for obj in objs:
         with _blocks_run() as blocks:
@@ -429,7 +434,7 @@ def test_argsort_desc_is_a_stable_argsort(n):
 
 
 @pytest.mark.parametrize("beta", [0.3, 2.0, 50.0])
-@pytest.mark.parametrize("mode", ["bound", "exact"])
+@pytest.mark.parametrize("mode", ["bound", "exact", "bound_sum"])
 def test_ap_far_relevant_pairs_by_the_series(beta, mode):
     # ApproxAP's second-level sums: the pairs of relevant documents within _NEAR of each
     # other in beta-scaled positions by the windowed loops, the others by the series of
@@ -538,7 +543,7 @@ def test_split_only_queries_above_a_threads_share():
     assert K.split_at(np.array([10_000] * 10), K._PAR_MIN, 2, share=0.0) <= 10_000
 
 
-@pytest.mark.parametrize("mode", ["mixed", "bound"])
+@pytest.mark.parametrize("mode", ["mixed", "bound", "bound_sum"])
 def test_long_queries_one_per_thread_equal_reference(mode, monkeypatch):
     # the default share with par_min lowered to 1,000: eight queries above it run one per
     # thread on the pool (8,800 documents: two chunks), grid where cheaper; of three long
@@ -562,9 +567,9 @@ def test_long_queries_one_per_thread_equal_reference(mode, monkeypatch):
         n = int(ptr[-1])
         s = rng.normal(size=n) * 0.2
         y = rng.integers(1, 5, n) * (rng.random(n) < 0.05)  # ApproxAP's reference: O(n R^2)
-        for make in OBJECTIVES:
+        for obj in _objectives(mode):
             calls.clear()
-            _compare(make(mode), s, y.astype(float), ptr, mode, par_min=1000,
+            _compare(obj, s, y.astype(float), ptr, mode, par_min=1000,
                      split_share=K._SPLIT_SHARE)
             assert len(calls) == (n_split if nt > 1 else 0)
 
@@ -738,7 +743,8 @@ def test_wide_queries_of_a_few_hundred_documents_take_the_windowed_loops(span):
     y = (rng.random(n) < 0.3) * rng.integers(1, 5, n).astype(float)
     short = sizes < K.GRID_MIN_N
     assert K._mostly_wide(s, ptr, sizes, short, 10.0) == (span > K._WIDE_SPAN)
-    for obj, mode in [(ApproxNDCG(), "mixed"), (ApproxAP(), "bound")]:
+    for obj, mode in [(ApproxNDCG(), "mixed"), (ApproxAP(), "bound"),
+                      (ApproxAP(hessian="bound_sum"), "bound_sum")]:
         with _blocks_run() as blocks:
             _compare(obj, s, y, ptr, mode)
         _short_blocks_were(blocks, "direct" if span < K._WIDE_SPAN else "windowed")

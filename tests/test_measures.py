@@ -36,7 +36,7 @@ def _variants():
 
 
 VARIANTS = _variants()
-MODES = ["exact", "bound", "abs", "mixed", "constant", "mixed_sum"]
+MODES = ["exact", "bound", "abs", "mixed", "constant", "mixed_sum", "bound_sum"]
 
 
 def _data(seed, sizes=(1, 2, 4, 9, 17, 30), spread=1.0, ties=False):

@@ -9,6 +9,7 @@ import pytest
 
 from approx_gbdt import ApproxAP, ApproxNDCG, approx_ap_obj, approx_ndcg_obj
 from approx_gbdt.datasets import make_ranking_splits
+from approx_gbdt.measures import parse_objective
 
 
 def _queries(seed=0, sizes=(2, 9, 31, 60)):
@@ -20,7 +21,7 @@ def _queries(seed=0, sizes=(2, 9, 31, 60)):
 
 
 @pytest.mark.parametrize("cls", [ApproxNDCG, ApproxAP])
-@pytest.mark.parametrize("hessian", ["exact", "bound", "abs", "mixed", "mixed_sum"])
+@pytest.mark.parametrize("hessian", ["exact", "bound", "abs", "mixed", "mixed_sum", "bound_sum"])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_newton_step_scales_like_one_over_alpha(cls, hessian, normalize):
     """The surrogate depends on alpha * s only: at (c alpha, s / c) the gradient is c times,
@@ -125,3 +126,42 @@ def test_approx_ap_has_no_mixed_sum():
         ApproxAP(hessian="mixed_sum")
     with pytest.raises(ValueError, match="hessian must be one of"):
         ApproxAP().grad_hess(*_queries(), hessian="mixed_sum")
+
+
+@pytest.mark.parametrize("make", [ApproxNDCG, lambda **kw: ApproxNDCG(k=3, **kw),
+                                  lambda **kw: parse_objective("approx_mrr", **kw)])
+def test_separable_measures_have_no_bound_sum(make):
+    with pytest.raises(ValueError, match="hessian must be one of .*'bound'"):
+        make(hessian="bound_sum")
+    with pytest.raises(ValueError, match="hessian must be one of"):
+        make().grad_hess(*_queries(), hessian="bound_sum")
+
+
+def test_approx_ap_bound_sum_is_the_bound_with_the_triangle_inequality():
+    """``"bound_sum"`` is ``alpha^2 sum_j w_kj (|v_j| + |v_k|)``: the bound's Hessian where no
+    two relevant documents have ``v`` of the same sign (one relevant document a query), at least
+    the bound everywhere, and without normalisation equal to that sum computed here from the
+    reference loops' ``v`` (numpy, every pair)."""
+    s, y, ptr = _queries()
+    y = (y >= 1).astype(float)
+    obj = ApproxAP(hessian="bound_sum", normalize=False)
+    _, h_sum = obj.grad_hess(s, y, ptr)
+    _, h_bound = obj.grad_hess(s, y, ptr, hessian="bound")
+    assert np.all(h_sum >= h_bound - 1e-12 * np.abs(h_bound).max())
+    _, _, v, _ = obj._reference_grad_hess(s, y, ptr, None)
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        x = obj.alpha * s[a:b]
+        d = x[None, :] - x[:, None]
+        w = 1.0 / (2.0 + 2.0 * np.cosh(d))  # sig(d) sig(-d)
+        np.fill_diagonal(w, 0.0)
+        av = np.abs(v[a:b])
+        want = obj.alpha ** 2 * (w @ av + av * w.sum(axis=1))
+        if y[a:b].sum() == 0 or b - a < 2:
+            want[:] = 0.0
+        np.testing.assert_allclose(h_sum[a:b], want, rtol=1e-10, atol=1e-14)
+    one = y.copy()
+    for a, b in zip(ptr[:-1], ptr[1:]):  # one relevant document a query: no pair of two
+        one[a:b] = 0.0
+        one[a] = 1.0
+    np.testing.assert_allclose(obj.grad_hess(s, one, ptr)[1],
+                               obj.grad_hess(s, one, ptr, hessian="bound")[1], rtol=1e-12)

@@ -152,11 +152,12 @@ def test_hessian_approximations(name, make, measure, kw):
     assert np.any(exact < 0), "the exact diagonal of -ApproxMeasure is not convex"
 
 
-@pytest.mark.parametrize("obj", [ApproxNDCG(hessian="bound"), ApproxAP(hessian="bound")])
+@pytest.mark.parametrize("obj", [ApproxNDCG(hessian="bound"), ApproxAP(hessian="bound"),
+                                 ApproxAP(hessian="bound_sum")])
 def test_normalisation_scales_each_query(obj):
     rng = np.random.default_rng(4)
     s, y, ptr = make_queries(rng, [6, 30, 9])
-    raw = type(obj)(hessian="bound", normalize=False)
+    raw = type(obj)(hessian=obj.hessian, normalize=False)
     g0, h0 = raw.grad_hess(s, y, ptr)
     g1, h1 = obj.grad_hess(s, y, ptr)
     for a, b in zip(ptr[:-1], ptr[1:]):
