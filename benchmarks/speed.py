@@ -16,7 +16,8 @@ speed_lengths.png:
    LightGBM lambdarank and XGBoost rank:ndcg, light-tree and MSLR-scale settings.
 4. Seconds per boosting iteration against list length (10 .. 10,000 documents per query, fixed
    total): LightGBM lambdarank and XGBoost rank:ndcg beside approx_ndcg_obj, approx_ap_obj
-   and ApproxNDCG(hessian="mixed_sum") (column ``mixed_sum``), with one and two threads, on
+   and the options ApproxNDCG(hessian="mixed_sum") and ApproxAP(hessian="bound_sum") (columns
+   ``mixed_sum`` and ``ap_bound_sum``), with one and two threads, on
    a quiet machine and on a busy one (a second CPU-bound process running on the same cores
    during the training), three rounds per list length (medians, and the range of the rounds'
    ratios to native), plotted log-log.
@@ -149,6 +150,7 @@ def bench_kernels(total, sizes_list, quick):
                 ("fast ndcg (bound)", ApproxNDCG(hessian="bound")),
                 ("fast ap (mixed)", ApproxAP(hessian="mixed")),
                 ("fast ap (bound)", ApproxAP()),  # the default
+                ("fast ap (bound_sum)", ApproxAP(hessian="bound_sum")),
             ]:
                 if name.startswith("fast ap (mixed)") and n > 1000:
                     # not the default: its exact diagonal costs O(n R w) (R relevant documents,
@@ -339,6 +341,10 @@ def train_one(setting, lib, objective, iters, threads=2):
         from approx_gbdt import ApproxAP
 
         obj = ApproxAP()
+    elif objective == "ap_bound_sum":
+        from approx_gbdt import ApproxAP
+
+        obj = ApproxAP(hessian="bound_sum")
     reset = _reset_peak_rss()
     t_data = _status_mb("VmRSS")
     times = []
@@ -374,8 +380,9 @@ def train_one(setting, lib, objective, iters, threads=2):
             "docs": int(sizes.sum()), "threads": threads}
 
 
-# "mixed_sum": ApproxNDCG(hessian="mixed_sum"), the Hessian that skips the bound's own pass
-LENGTH_OBJECTIVES = ("native", "approx_ndcg_obj", "approx_ap_obj", "mixed_sum")
+# the options whose Hessians skip the bound's own pass on long lists: "mixed_sum",
+# ApproxNDCG(hessian="mixed_sum"), and "ap_bound_sum", ApproxAP(hessian="bound_sum")
+LENGTH_OBJECTIVES = ("native", "approx_ndcg_obj", "approx_ap_obj", "mixed_sum", "ap_bound_sum")
 
 
 def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), threads=2,
@@ -494,7 +501,7 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
          "the first boosting iteration), `normal`: N(0, 1) scores with alpha = 10. Target: fast "
          "ndcg >= 1.0, fast ap within 1.5x of it.\n"]
     cols = ["fast ndcg (mixed)", "fast ndcg (mixed_sum)", "fast ndcg (bound)", "fast ap (mixed)",
-            "fast ap (bound)", "exact ndcg (mixed)", "numpy ndcg (bound)",
+            "fast ap (bound)", "fast ap (bound_sum)", "exact ndcg (mixed)", "numpy ndcg (bound)",
             "torch autograd ndcg (grad only)"]
     L.append("| n | queries | scores | " + " | ".join(cols) + " |")
     L.append("|" + "---|" * (3 + len(cols)))
@@ -560,7 +567,8 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
                  "highest of those ratios (single runs on this machine move by 20-50 %). Load: "
                  "the highest 1-minute load average after a training of the row. Target: "
                  "approx_ndcg_obj and approx_ap_obj <= 1.0x native in every row; `mixed_sum` "
-                 "is ApproxNDCG(hessian=\"mixed_sum\"), not a default. Plot (the "
+                 "is ApproxNDCG(hessian=\"mixed_sum\") and `ap_bound_sum` "
+                 "ApproxAP(hessian=\"bound_sum\"), options, not defaults. Plot (the "
                  "medians): "
                  f"[{os.path.basename(path)[:-3]}_lengths.png]"
                  f"({os.path.basename(path)[:-3]}_lengths.png).\n")
@@ -642,7 +650,8 @@ def plot_lengths(path, lengths):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
-    colours = {"native": "k", "approx_ndcg_obj": "C0", "approx_ap_obj": "C1", "mixed_sum": "C2"}
+    colours = {"native": "k", "approx_ndcg_obj": "C0", "approx_ap_obj": "C1", "mixed_sum": "C2",
+               "ap_bound_sum": "C3"}
     styles = {(2, False): "-", (1, False): "--", (2, True): ":", (1, True): "-."}
     cells = length_cells(lengths)
     for ax, lib in zip(axes, ["lightgbm", "xgboost"]):
