@@ -1017,6 +1017,10 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     :func:`_schedule`). ``n_threads`` (the host library's setting; default Numba's) caps the
     threads of this call.
     """
+    # "mixed_sum" reads sum_j w_kj |v_j| off the gradient's sums, which needs the separable
+    # measures' v <= 0; the separable measures' grid path has no "bound_sum"
+    if mode == (HESS_MIXED_SUM if kind == KIND_AP else HESS_BOUND_SUM):
+        raise ValueError(f"Hessian mode {mode} is not available for measure kind {kind}")
     nq = group_ptr.shape[0] - 1
     if kind == KIND_AP:
         gains = s[:0]

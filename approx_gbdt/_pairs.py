@@ -96,7 +96,10 @@ x, ex : alpha (s_(r) - s_(0)) and its exponential within the row's exp block
 pos : smoothed positions
 v, e : dM/dpos^ and d2M/dpos^2 (diagonal), filled by the measure
 g, bnd : sum_j w (v_j - v_r) and sum_j w |v_j - v_r| (``"bound_sum"``: sum_j w (|v_j| + |v_r|))
-aa, ab, aw : sum_j w (1 - 2 sig)(v_j - v_r), sum_j w^2 e_j and sum_j w (exact diagonal only)
+aa, ab, aw : sum_j w (1 - 2 sig)(v_j - v_r), sum_j w^2 e_j (exact diagonal only) and sum_j w
+    (from the exact loops only for the exact diagonal; the grid always writes it)
+av : |v_r|, the weights of ApproxAP's bounds (``"bound_sum"``'s in the exact loops, and the
+    grid's weights ``va``)
 jend, bend : end of the row's window and of its exp block
 """
 
@@ -155,10 +158,10 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
 
 @njit(inline="always", cache=True)
 def bound_weights(n, W, bsum):
-    """``(bv, bs)`` such that the bound's pair terms are ``w |bv_j - bs bv_k|``: ``(v, 1)``
-    for ``|v_j - v_k|``, or with ``bsum`` ``(|v|, -1)`` (in ``W.av``) for ``"bound_sum"``'s
-    ``|v_j| + |v_k|``, so that the pair loops have no branch. Whole arrays (rows ``0..n-1``
-    are the query's), as ``W.v`` is."""
+    """``(bv, bs)``: ``(v, 1)`` for the bound's pair terms ``w |v_j - v_k|``, or with
+    ``bsum`` ``(|v|, -1)`` (``|v|`` in ``W.av``) for ``"bound_sum"``'s ``w (|v_j| + |v_k|)``,
+    which the pair loops sum in loops of their own (``bs < 0``). Whole arrays (rows
+    ``0..n-1`` are the query's), as ``W.v`` is."""
     if not bsum:
         return W.v, 1.0
     av = W.av
@@ -458,10 +461,8 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
 
 
 @njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
-def _chain_seg_bound(j0, j1, f, ex, v, vi, bv, bvi, cg, cb):
-    # the bound's terms are w |bv_j - bvi|: bv = v, bvi = v_i for the bound, bv = |v| and
-    # bvi = -|v_i| for "bound_sum" (no branch in the loop)
-    ex, v, bv, cg, cb = ex[j0:j1], v[j0:j1], bv[j0:j1], cg[j0:j1], cb[j0:j1]
+def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
+    ex, v, cg, cb = ex[j0:j1], v[j0:j1], cg[j0:j1], cb[j0:j1]
     gi = 0.0
     bi = 0.0
     for j in range(ex.shape[0]):
@@ -472,7 +473,27 @@ def _chain_seg_bound(j0, j1, f, ex, v, vi, bv, bvi, cg, cb):
         wd = w * dv
         gi += wd
         cg[j] -= wd
-        ad = w * abs(bv[j] - bvi)
+        ad = w * abs(dv)
+        bi += ad
+        cb[j] += ad
+    return gi, bi
+
+
+@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
+def _chain_seg_bsum(j0, j1, f, ex, v, vi, av, avi, cg, cb):
+    """:func:`_chain_seg_bound` with ``"bound_sum"``'s terms ``w (|v_j| + |v_i|)`` (``av =
+    |v|``, ``avi = |v_i|``): a loop of its own, so that the bound's keeps its single load."""
+    ex, v, av, cg, cb = ex[j0:j1], v[j0:j1], av[j0:j1], cg[j0:j1], cb[j0:j1]
+    gi = 0.0
+    bi = 0.0
+    for j in range(ex.shape[0]):
+        e = f * ex[j]
+        p = 1.0 / (1.0 + e)
+        w = e * p * p
+        wd = w * (v[j] - vi)
+        gi += wd
+        cg[j] -= wd
+        ad = w * (av[j] + avi)
         bi += ad
         cb[j] += ad
     return gi, bi
@@ -559,9 +580,10 @@ def _make_chain_rows(exact):
                         ai += a
                         Bi += B
                         wi += w
+                    elif bs < 0.0:
+                        g, b = _chain_seg_bsum(j0, j1, f, ex, v, v[i], bv, bv[i], cg, cb)
                     else:
-                        g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], bv, bs * bv[i],
-                                                cg, cb)
+                        g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], cg, cb)
                     gi += g
                     bi += b
                 rg[i] += gi
@@ -776,8 +798,9 @@ def _sorted_chain(n, W, need_exact, bsum):
 
 @njit(inline="always", cache=True)
 def _sorted_chain_par(n, W, need_exact, bsum, nt):
-    """Sorted-order chain-rule sums of one long query, rows split across threads; a caller
-    whose ``need_exact`` is a constant compiles only that variant of the row split."""
+    """Sorted-order chain-rule sums of one long query, rows split across threads (the bound's
+    sums, or with ``bsum`` those of ``"bound_sum"``); a caller whose ``need_exact`` is a
+    constant compiles only that variant of the row split."""
     bv, bs = bound_weights(n, W, bsum)
     args = (W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], bv[:n], bs, W.g[:n],
             W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))

@@ -119,10 +119,9 @@ def small_chain(n, W, F, need_exact, bsum):
     e = W.e
     sig = F[0]
     wt = F[1]
-    bv, bs = bound_weights(n, W, bsum)
+    av = bound_weights(n, W, bsum)[0]  # |v| with bsum
     for i in range(n):
         vi = v[i]
-        bvi = bs * bv[i]
         rs = sig[i]
         rw = wt[i]
         gi = 0.0
@@ -135,11 +134,16 @@ def small_chain(n, W, F, need_exact, bsum):
             dv = v[j] - vi
             wd = w * dv
             gi += wd
-            bi += w * abs(bv[j] - bvi)
+            bi += w * abs(dv)
             if need_exact:
                 ai += wd * (1.0 - 2.0 * rs[j])
                 Bi += w * w * e[j]
                 wi += w
+        if bsum:  # a loop of its own, so that the bound's keeps its single load
+            avi = av[i]
+            bi = 0.0
+            for j in range(n):
+                bi += rw[j] * (av[j] + avi)
         W.g[i] = gi
         W.bnd[i] = bi
         if need_exact:

@@ -257,8 +257,8 @@ class _ApproxObjective:
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
     _small_n = K.SMALL_N  # shorter queries take the direct loops (_small; 0: the windowed ones)
 
-    # the Hessian modes of the measure: "bound_sum" is ApproxAP's (a separable measure's long
-    # lists sum the bound on the grid by its class split, which has no "bound_sum")
+    # the Hessian modes of the measure: "bound_sum" is ApproxAP's (the separable measures' grid
+    # path has no code for it: _kernels.grad_hess refuses it for them)
     _hessians = {name: mode for name, mode in HESSIANS.items() if name != "bound_sum"}
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
@@ -834,8 +834,9 @@ class ApproxAP(_ApproxObjective):
         "bound" ranks best for ApproxAP. ``"bound_sum"``: ``alpha^2 sum_j w_kj (|v_j| +
         |v_k|)``, the bound with ``|v_j - v_k|`` replaced by its upper bound ``|v_j| + |v_k|``
         (equal on every pair with an irrelevant document, where ``v_j`` or ``v_k`` is 0). Its
-        sums are kernel sums, so lists of 512 documents or more skip the pass the bound's
-        ``|v_j - v_k|`` between relevant documents takes there (25-55 % of the kernel's time);
+        sums are kernel sums, so lists that take the grid (512 documents or more, where it is
+        the cheaper path) skip the pass the bound's ``|v_j - v_k|`` between relevant documents
+        takes there (25-55 % of the kernel's time);
         on the benchmarks it ranks about as well as "bound" on LightGBM and worse on XGBoost
         (docs/why_these_defaults.md, section 15). The exact diagonal (and so ``"abs"`` and
         ``"mixed"``) costs O(n R^2) per query, against O(n^2 + n R) for the bounds and

@@ -321,7 +321,8 @@ def test_grid_with_weights_threads_and_many_queries(mode):
 @pytest.mark.parametrize("n_relevant", [1, 2, 50, 3000])
 def test_approx_ap_bound_on_the_grid_few_and_many_relevant(n_relevant):
     # the bound's relevant-only loops from one relevant document to half the query, with a
-    # block of ties among them and scores spread over many windows
+    # block of ties among them and scores spread over many windows; "bound_sum" (no such loops:
+    # the chain's sums with weights |v|) on the same queries
     rng = np.random.default_rng(n_relevant)
     n = 6000
     s = rng.normal(size=n) * 3.0
@@ -410,7 +411,7 @@ def test_approx_ap_auto_splits_many_relevant_by_v():
     s, y, ptr = _one_long_ap_query(3, 0.3)
     assert _takes_grid(s[y >= 1])  # the relevant documents alone take the grid
     _auto_against_exact(ApproxAP, s, y, ptr)
-    _auto_against_exact(lambda: ApproxAP(hessian="bound_sum"), s, y, ptr)  # no such pass
+    _auto_against_exact(lambda: ApproxAP(hessian="bound_sum"), s, y, ptr)
 
 
 def test_approx_ap_auto_relevant_bound_few_boxes():

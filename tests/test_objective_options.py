@@ -137,6 +137,17 @@ def test_separable_measures_have_no_bound_sum(make):
         make().grad_hess(*_queries(), hessian="bound_sum")
 
 
+@pytest.mark.parametrize("cls, mode", [(ApproxNDCG, "bound_sum"), (ApproxAP, "mixed_sum")])
+def test_kernels_refuse_the_other_measures_hessian_mode(cls, mode, monkeypatch):
+    # past the objectives' own check (every mode allowed), the kernels refuse a mode that
+    # their path for the measure does not compute, rather than return stale sums
+    from approx_gbdt.objectives import HESSIANS
+
+    monkeypatch.setattr(cls, "_hessians", HESSIANS)
+    with pytest.raises(ValueError, match="not available"):
+        cls().grad_hess(*_queries(), hessian=mode)
+
+
 def test_approx_ap_bound_sum_is_the_bound_with_the_triangle_inequality():
     """``"bound_sum"`` is ``alpha^2 sum_j w_kj (|v_j| + |v_k|)``: the bound's Hessian where no
     two relevant documents have ``v`` of the same sign (one relevant document a query), at least
