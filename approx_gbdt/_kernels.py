@@ -97,6 +97,7 @@ from approx_gbdt._pairs import (
     _variant_named,
     _windows,
     argsort_desc,
+    bound_weights,
     finish_rows,
     need_exact_parts,
     pair_work,
@@ -246,9 +247,9 @@ def _make_query_ap(big, need_exact):
         # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd), and
         # they are most of "bound_sum"'s: sum_j w_kj (|v_j| - |v_k|) + 2 |v_k| aw_k
         sum_grid = grid and bsum
-        av = W.av[:n if bound_grid or sum_grid else 0]
-        for r in range(av.shape[0]):
-            av[r] = abs(W.v[r])
+        av = W.av[:0]
+        if bound_grid or sum_grid:
+            av = bound_weights(n, W, True)[:n]
         _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
                     need_bound and not bound_grid, n < 0, W.v, order, av, bsum, nt, gt, lag)
         if bound_grid:

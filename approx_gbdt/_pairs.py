@@ -158,16 +158,15 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
 
 @njit(inline="always", cache=True)
 def bound_weights(n, W, bsum):
-    """``(bv, bs)``: ``(v, 1)`` for the bound's pair terms ``w |v_j - v_k|``, or with
-    ``bsum`` ``(|v|, -1)`` (``|v|`` in ``W.av``) for ``"bound_sum"``'s ``w (|v_j| + |v_k|)``,
-    which the pair loops sum in loops of their own (``bs < 0``). Whole arrays (rows
+    """The weights of the bound's pair terms ``w |v_j - v_k|``, ``W.v``, or with ``bsum``
+    ``|v|`` (into ``W.av``) for ``"bound_sum"``'s ``w (|v_j| + |v_k|)``. Whole arrays (rows
     ``0..n-1`` are the query's), as ``W.v`` is."""
     if not bsum:
-        return W.v, 1.0
+        return W.v
     av = W.av
     for r in range(n):
         av[r] = abs(W.v[r])
-    return av, -1.0
+    return av
 
 
 @njit(inline="always", cache=True)
@@ -460,43 +459,37 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
             row[i] += acc
 
 
-@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
-def _chain_seg_bound(j0, j1, f, ex, v, vi, cg, cb):
-    ex, v, cg, cb = ex[j0:j1], v[j0:j1], cg[j0:j1], cb[j0:j1]
-    gi = 0.0
-    bi = 0.0
-    for j in range(ex.shape[0]):
-        e = f * ex[j]
-        p = 1.0 / (1.0 + e)
-        w = e * p * p
-        dv = v[j] - vi
-        wd = w * dv
-        gi += wd
-        cg[j] -= wd
-        ad = w * abs(dv)
-        bi += ad
-        cb[j] += ad
-    return gi, bi
+def _make_chain_seg(bsum):
+    """The pair loop of the gradient's and the bound's sums over the columns ``j0..j1-1`` of
+    row ``i`` (``e^{x_j - x_i} = f ex_j``; returns the row's sums): the bound's terms
+    ``w |v_j - v_i|`` or, with ``bsum`` (a constant of the compiled function), ``"bound_sum"``'s
+    ``w (|v_j| + |v_i|)`` from ``av = |v|`` and ``avi = |v_i|``, which the bound's loop never
+    reads (it keeps its single load per column)."""
 
+    def chain_seg(j0, j1, f, ex, v, vi, av, avi, cg, cb):
+        ex, v, cg, cb = ex[j0:j1], v[j0:j1], cg[j0:j1], cb[j0:j1]
+        if bsum:
+            av = av[j0:j1]
+        gi = 0.0
+        bi = 0.0
+        for j in range(ex.shape[0]):
+            e = f * ex[j]
+            p = 1.0 / (1.0 + e)
+            w = e * p * p
+            dv = v[j] - vi
+            wd = w * dv
+            gi += wd
+            cg[j] -= wd
+            if bsum:
+                ad = w * (av[j] + avi)
+            else:
+                ad = w * abs(dv)
+            bi += ad
+            cb[j] += ad
+        return gi, bi
 
-@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
-def _chain_seg_bsum(j0, j1, f, ex, v, vi, av, avi, cg, cb):
-    """:func:`_chain_seg_bound` with ``"bound_sum"``'s terms ``w (|v_j| + |v_i|)`` (``av =
-    |v|``, ``avi = |v_i|``): a loop of its own, so that the bound's keeps its single load."""
-    ex, v, av, cg, cb = ex[j0:j1], v[j0:j1], av[j0:j1], cg[j0:j1], cb[j0:j1]
-    gi = 0.0
-    bi = 0.0
-    for j in range(ex.shape[0]):
-        e = f * ex[j]
-        p = 1.0 / (1.0 + e)
-        w = e * p * p
-        wd = w * (v[j] - vi)
-        gi += wd
-        cg[j] -= wd
-        ad = w * (av[j] + avi)
-        bi += ad
-        cb[j] += ad
-    return gi, bi
+    return njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)(
+        _named(chain_seg, "_chain_seg_bsum" if bsum else "_chain_seg_bound"))
 
 
 @njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
@@ -547,13 +540,22 @@ def _bound_seg(j0, j1, f, ex, v, vi, cb, cw):
     return bi, wi
 
 
-def _variant_named(f, name, exact):
-    """``f`` named after its variant (``name_exact`` or ``name_bound``) before it is compiled:
-    Numba names a function's cache files after its qualified name, and the variants made by
-    one factory would otherwise share them (processes filling one cache at once could then
-    store one variant's code under the other's name)."""
-    f.__name__ = f.__qualname__ = f"{name}_{'exact' if exact else 'bound'}"
+def _named(f, name):
+    """``f`` named ``name`` before it is compiled: Numba names a function's cache files after
+    its qualified name, and the variants made by one factory would otherwise share them
+    (processes filling one cache at once could then store one variant's code under the
+    other's name)."""
+    f.__name__ = f.__qualname__ = name
     return f
+
+
+def _variant_named(f, name, exact):
+    """``f`` named after its variant, ``name_exact`` or ``name_bound`` (:func:`_named`)."""
+    return _named(f, f"{name}_{'exact' if exact else 'bound'}")
+
+
+_chain_seg_bound = _make_chain_seg(False)
+_chain_seg_bsum = _make_chain_seg(True)
 
 
 def _make_chain_rows(exact):
@@ -562,7 +564,7 @@ def _make_chain_rows(exact):
     gradient and the bound. ``exact`` is a constant of the compiled function, so that each
     variant compiles only its own pair loop."""
 
-    def chain_rows(r0, r1, x, ex, jend, bend, v, ee, bv, bs, rg, rb, ra, rB, rw, cg, cb, ca, cB,
+    def chain_rows(r0, r1, x, ex, jend, bend, v, ee, bv, bsum, rg, rb, ra, rB, rw, cg, cb, ca, cB,
                    cw):
         for c0 in range(r0 + 1, jend[r1 - 1], _TILE):
             for i in range(r0, r1):
@@ -580,10 +582,10 @@ def _make_chain_rows(exact):
                         ai += a
                         Bi += B
                         wi += w
-                    elif bs < 0.0:
+                    elif bsum:
                         g, b = _chain_seg_bsum(j0, j1, f, ex, v, v[i], bv, bv[i], cg, cb)
                     else:
-                        g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], cg, cb)
+                        g, b = _chain_seg_bound(j0, j1, f, ex, v, v[i], bv, 0.0, cg, cb)
                     gi += g
                     bi += b
                 rg[i] += gi
@@ -601,15 +603,15 @@ _chain_rows_bound = _make_chain_rows(False)
 
 
 @njit(inline="always", cache=True)
-def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact, bv, bs,
+def _chain_rows(r0, r1, x, ex, jend, bend, v, ee, need_exact, bv, bsum,
                 rg, rb, ra, rB, rw, cg, cb, ca, cB, cw):
     """``_chain_rows_exact`` or ``_chain_rows_bound``; a caller whose ``need_exact`` is a
     constant compiles only that one."""
     if need_exact:
-        _chain_rows_exact(r0, r1, x, ex, jend, bend, v, ee, bv, bs, rg, rb, ra, rB, rw,
+        _chain_rows_exact(r0, r1, x, ex, jend, bend, v, ee, bv, bsum, rg, rb, ra, rB, rw,
                           cg, cb, ca, cB, cw)
     else:
-        _chain_rows_bound(r0, r1, x, ex, jend, bend, v, ee, bv, bs, rg, rb, ra, rB, rw,
+        _chain_rows_bound(r0, r1, x, ex, jend, bend, v, ee, bv, bsum, rg, rb, ra, rB, rw,
                           cg, cb, ca, cB, cw)
 
 
@@ -699,7 +701,7 @@ def _make_par_chain(exact):
     ``_CHUNK``: all five sums (``exact``) or only the gradient and the bound, a constant of the
     compiled function as in :func:`_make_chain_rows`."""
 
-    def par_chain(x, ex, jend, bend, v, ee, bv, bs, g, bnd, aa, ab, aw, buf):
+    def par_chain(x, ex, jend, bend, v, ee, bv, bsum, g, bnd, aa, ab, aw, buf):
         n = x.shape[0]
         nt = buf.shape[0]
         nch = (n + _CHUNK - 1) // _CHUNK
@@ -711,7 +713,7 @@ def _make_par_chain(exact):
             for c in range(t, nch, nt):
                 r0 = c * _CHUNK
                 r1 = min(n, (c + 1) * _CHUNK)
-                _chain_rows(r0, r1, x, ex, jend, bend, v, ee, exact, bv, bs,
+                _chain_rows(r0, r1, x, ex, jend, bend, v, ee, exact, bv, bsum,
                             b[0], b[1], b[2], b[3], b[4], b[0], b[1], b[2], b[3], b[4])
         for r in prange(n):
             s0 = 0.0
@@ -790,10 +792,10 @@ def _sorted_chain(n, W, need_exact, bsum):
         aa[r] = 0.0
         ab[r] = 0.0
         aw[r] = 0.0
-    bv, bs = bound_weights(n, W, bsum)
+    bv = bound_weights(n, W, bsum)
     # a literal 0, as in _positions_rows
     _chain_rows(0, n, W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n],
-                need_exact, bv[:n], bs, g, bnd, aa, ab, aw, g, bnd, aa, ab, aw)
+                need_exact, bv[:n], bsum, g, bnd, aa, ab, aw, g, bnd, aa, ab, aw)
 
 
 @njit(inline="always", cache=True)
@@ -801,8 +803,8 @@ def _sorted_chain_par(n, W, need_exact, bsum, nt):
     """Sorted-order chain-rule sums of one long query, rows split across threads (the bound's
     sums, or with ``bsum`` those of ``"bound_sum"``); a caller whose ``need_exact`` is a
     constant compiles only that variant of the row split."""
-    bv, bs = bound_weights(n, W, bsum)
-    args = (W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], bv[:n], bs, W.g[:n],
+    bv = bound_weights(n, W, bsum)
+    args = (W.x[:n], W.ex[:n], W.jend[:n], W.bend[:n], W.v[:n], W.e[:n], bv[:n], bsum, W.g[:n],
             W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n], np.empty((nt, 5, n)))
     if need_exact:
         _par_chain_exact(*args)
@@ -855,9 +857,10 @@ def finish_rows(n, W, order, alpha, mode, floor, constant, normalize, need_exact
     has_w = wts.shape[0] == n
     has_off = off.shape[0] > 0
     for r in range(n):
-        bound = alpha2 * bnd[r]
-        if mode == HESS_MIXED_SUM:
+        if mode == HESS_MIXED_SUM:  # its floor's sum, from the gradient's own sums
             bound = alpha2 * floor_sum(W.v[r], W.aw[r], g[r])
+        else:
+            bound = alpha2 * bnd[r]
         exact_m = 0.0
         if need_exact:
             aw = W.aw[r]

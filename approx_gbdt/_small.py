@@ -119,7 +119,7 @@ def small_chain(n, W, F, need_exact, bsum):
     e = W.e
     sig = F[0]
     wt = F[1]
-    av = bound_weights(n, W, bsum)[0]  # |v| with bsum
+    av = bound_weights(n, W, bsum)  # |v| with bsum
     for i in range(n):
         vi = v[i]
         rs = sig[i]
