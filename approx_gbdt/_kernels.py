@@ -248,7 +248,7 @@ def _make_query_ap(big, need_exact):
         # they are most of "bound_sum"'s: sum_j w_kj (|v_j| - |v_k|) + 2 |v_k| aw_k
         sum_grid = grid and bsum
         av = W.av[:0]
-        if bound_grid or sum_grid:
+        if bound_grid or sum_grid:  # (a literal True: bound_weights is inlined, not compiled)
             av = bound_weights(n, W, True)[:n]
         _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
                     need_bound and not bound_grid, n < 0, W.v, order, av, bsum, nt, gt, lag)

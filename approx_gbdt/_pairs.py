@@ -157,11 +157,12 @@ def _hessian_of_loss(mode, floor, constant, alpha2, exact_m, bound):
 
 
 @njit(inline="always", cache=True)
-def bound_weights(n, W, bsum):
-    """The weights of the bound's pair terms ``w |v_j - v_k|``, ``W.v``, or with ``bsum``
-    ``|v|`` (into ``W.av``) for ``"bound_sum"``'s ``w (|v_j| + |v_k|)``. Whole arrays (rows
-    ``0..n-1`` are the query's), as ``W.v`` is."""
-    if not bsum:
+def bound_weights(n, W, absolute):
+    """``W.v``, the weights of the bound's pair terms ``w |v_j - v_k|``, or with ``absolute``
+    ``|v|`` (into ``W.av``): the weights of ``"bound_sum"``'s ``w (|v_j| + |v_k|)`` and of
+    ApproxAP's bound on the grid. Whole arrays (rows ``0..n-1`` are the query's), as ``W.v``
+    is."""
+    if not absolute:
         return W.v
     av = W.av
     for r in range(n):
@@ -459,6 +460,20 @@ def _pos_rows(r0, r1, x, ex, jend, bend, row, col):
             row[i] += acc
 
 
+def _named(f, name):
+    """``f`` named ``name`` before it is compiled: Numba names a function's cache files after
+    its qualified name, and the variants made by one factory would otherwise share them
+    (processes filling one cache at once could then store one variant's code under the
+    other's name)."""
+    f.__name__ = f.__qualname__ = name
+    return f
+
+
+def _variant_named(f, name, exact):
+    """``f`` named after its variant, ``name_exact`` or ``name_bound`` (:func:`_named`)."""
+    return _named(f, f"{name}_{'exact' if exact else 'bound'}")
+
+
 def _make_chain_seg(bsum):
     """The pair loop of the gradient's and the bound's sums over the columns ``j0..j1-1`` of
     row ``i`` (``e^{x_j - x_i} = f ex_j``; returns the row's sums): the bound's terms
@@ -490,6 +505,10 @@ def _make_chain_seg(bsum):
 
     return njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)(
         _named(chain_seg, "_chain_seg_bsum" if bsum else "_chain_seg_bound"))
+
+
+_chain_seg_bound = _make_chain_seg(False)
+_chain_seg_bsum = _make_chain_seg(True)
 
 
 @njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
@@ -538,24 +557,6 @@ def _bound_seg(j0, j1, f, ex, v, vi, cb, cw):
         wi += w
         cw[j] += w
     return bi, wi
-
-
-def _named(f, name):
-    """``f`` named ``name`` before it is compiled: Numba names a function's cache files after
-    its qualified name, and the variants made by one factory would otherwise share them
-    (processes filling one cache at once could then store one variant's code under the
-    other's name)."""
-    f.__name__ = f.__qualname__ = name
-    return f
-
-
-def _variant_named(f, name, exact):
-    """``f`` named after its variant, ``name_exact`` or ``name_bound`` (:func:`_named`)."""
-    return _named(f, f"{name}_{'exact' if exact else 'bound'}")
-
-
-_chain_seg_bound = _make_chain_seg(False)
-_chain_seg_bsum = _make_chain_seg(True)
 
 
 def _make_chain_rows(exact):
