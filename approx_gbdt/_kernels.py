@@ -113,6 +113,7 @@ __all__ = [
     "HESS_MIXED",
     "HESS_MIXED_SUM",
     "HESS_BOUND_SUM",
+    "has_hessian",
     "KIND_AP",
     "SMALL_N",
     "_PAR_MIN",
@@ -997,6 +998,14 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
             split_block(0, nq, *args, split, end, nt, grid_mode, _grid_tables())
 
 
+def has_hessian(mode, coupled):
+    """Whether the kernels compute the Hessian mode ``mode`` for ApproxAP's coupled term
+    (``coupled``) or for the separable measures: ``"mixed_sum"`` reads ``sum_j w_kj |v_j|``
+    off the gradient's sums, which needs the separable measures' ``v <= 0``, and the separable
+    measures' grid path has no ``"bound_sum"``."""
+    return mode != (HESS_MIXED_SUM if coupled else HESS_BOUND_SUM)
+
+
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
               theta, mode, floor, constant, normalize, grad, hess, order, par_min=_PAR_MIN,
               grid_mode=_GRID_AUTO, n_threads=None, small_n=SMALL_N, split_share=_SPLIT_SHARE):
@@ -1018,9 +1027,7 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     :func:`_schedule`). ``n_threads`` (the host library's setting; default Numba's) caps the
     threads of this call.
     """
-    # "mixed_sum" reads sum_j w_kj |v_j| off the gradient's sums, which needs the separable
-    # measures' v <= 0; the separable measures' grid path has no "bound_sum"
-    if mode == (HESS_MIXED_SUM if kind == KIND_AP else HESS_BOUND_SUM):
+    if not has_hessian(mode, kind == KIND_AP):
         raise ValueError(f"Hessian mode {mode} is not available for measure kind {kind}")
     nq = group_ptr.shape[0] - 1
     if kind == KIND_AP:

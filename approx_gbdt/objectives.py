@@ -257,9 +257,8 @@ class _ApproxObjective:
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
     _small_n = K.SMALL_N  # shorter queries take the direct loops (_small; 0: the windowed ones)
 
-    # the Hessian modes of the measure: "bound_sum" is ApproxAP's (the separable measures' grid
-    # path has no code for it: _kernels.grad_hess refuses it for them)
-    _hessians = {name: mode for name, mode in HESSIANS.items() if name != "bound_sum"}
+    # the Hessian modes of the measure (the kernels' has_hessian: "bound_sum" is ApproxAP's)
+    _hessians = {name: mode for name, mode in HESSIANS.items() if K.has_hessian(mode, False)}
 
     def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
         self.alpha = _positive_float("alpha", alpha)
@@ -845,9 +844,8 @@ class ApproxAP(_ApproxObjective):
         As in :class:`ApproxNDCG`.
     """
 
-    # "mixed_sum" reads sum_j w_kj |v_j| off the gradient's sums, which needs v <= 0 everywhere
-    # (the separable measures); ApproxAP's coupled v can be positive
-    _hessians = {name: mode for name, mode in HESSIANS.items() if name != "mixed_sum"}
+    # (the kernels' has_hessian: "mixed_sum" needs v <= 0; ApproxAP's coupled v can be positive)
+    _hessians = {name: mode for name, mode in HESSIANS.items() if K.has_hessian(mode, True)}
 
     def __init__(
         self,
