@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from approx_gbdt import _ap_chord as APC
 from approx_gbdt import _kernels as K
 from approx_gbdt import _lambdaloss as LL
 from approx_gbdt import _pair_forces as P
@@ -57,6 +58,8 @@ HESSIANS = {
 
 POSITIONS = ("sigmoid", "label_aware")
 PAIR_FORCES = ("tangent", "chord", "swap")
+AP_PAIR_FORCES = ("tangent", "chord")
+AP_CHORD_HESSIANS = ("bound", "constant")  # chord forces have no exact diagonal
 
 # 2^y - 1 must stay finite in float64, and so must the ideal DCG.
 _MAX_LABEL = MAX_GRADED_LABEL
@@ -842,6 +845,26 @@ class ApproxAP(_ApproxObjective):
         ``"constant"``.
     hessian_floor, hessian_constant, normalize
         As in :class:`ApproxNDCG`.
+    pair_force : {"tangent", "chord"}, default "tangent"
+        "tangent": the gradient of -ApproxAP, a sum over pairs of ``alpha w_kj (v_j - v_k)``
+        (``v = dM/dpos^``, zero on the irrelevant documents). "chord": each pair gets the
+        value of swapping its two documents per position moved: no force between two
+        relevant documents (swapping them leaves AP unchanged), and between a relevant
+        ``k`` and an irrelevant ``j``, ``k``'s precision term ``(1 + S_k) / pos^_k`` by its
+        chord between the two positions instead of its tangent at ``pos^_k``:
+
+        .. math::
+
+            v_{kj} = v_k + \frac{1 + S_k}{R} \Big(\frac{1}{\hat\pi_k^2}
+            - \frac{1}{\hat\pi_k \hat\pi_j}\Big),
+            \quad S_k = \sum_{x \ne k} r_x \, \sigma(\beta (\hat\pi_k - \hat\pi_x))
+
+        so ``dM/ds_k = -alpha sum_{j irrelevant} w_kj v_kj`` for a relevant ``k`` and
+        ``alpha sum_{k relevant} w_kj v_kj`` for an irrelevant ``j``. Not the gradient of a
+        function: its Hessians are "bound" (``alpha^2 sum_j w_kj |v_kj|`` over those pairs)
+        and "constant". An O(n log n + n W + R^2) loop per query (``W`` the documents within
+        the sigmoid's window of each, ``R`` the relevant ones; approx_gbdt._ap_chord)
+        instead of the fast kernels: on long lists with narrow scores it costs O(n^2).
     """
 
     # (the kernels' has_hessian: "mixed_sum" needs v <= 0; ApproxAP's coupled v can be positive)
@@ -857,6 +880,7 @@ class ApproxAP(_ApproxObjective):
         hessian_floor=0.1,
         hessian_constant=1.0,
         normalize=True,
+        pair_force="tangent",
     ):
         super().__init__(
             alpha=alpha,
@@ -865,6 +889,8 @@ class ApproxAP(_ApproxObjective):
             hessian_constant=hessian_constant,
             normalize=normalize,
         )
+        self.pair_force = _check_choice("pair_force", pair_force, AP_PAIR_FORCES)
+        self._check_chord_hessian(hessian)
         self.beta = _positive_float("beta", beta)
         if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
             raise TypeError(f"threshold must be a number, got {threshold!r}")
@@ -872,8 +898,35 @@ class ApproxAP(_ApproxObjective):
             raise ValueError(f"threshold must be finite, got {threshold!r}")
         self.threshold = float(threshold)
 
+    def _check_chord_hessian(self, hessian):
+        if self.pair_force == "chord" and hessian not in AP_CHORD_HESSIANS:
+            raise ValueError(
+                "pair_force='chord' has no exact Hessian: hessian must be 'bound' or "
+                f"'constant', got {hessian!r}"
+            )
+
     def _options(self):
-        return f", beta={self.beta:g}, threshold={self.threshold:g}"
+        text = f", beta={self.beta:g}, threshold={self.threshold:g}"
+        if self.pair_force != "tangent":
+            text += f", pair_force={self.pair_force!r}"
+        return text
+
+    def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
+        if hessian is not None:
+            self._check_chord_hessian(hessian)
+        if self.pair_force == "tangent":
+            return super()._grad_hess(s, prep, weights, hessian, n_threads)
+        a = prep.arrays
+        grad = np.empty_like(s)
+        hess = np.empty_like(s)
+        with K.threads_capped(n_threads):
+            APC.ap_chord_grad_hess(
+                s, a["rel_idx"], a["rel_ptr"], a["inv_z"], prep.group_ptr, weights, self.alpha,
+                self.beta, self._mode(hessian), self.hessian_floor, self.hessian_constant,
+                self.normalize, grad, hess,
+            )
+        warn_if_saturated(self, s, prep, grad, weights)
+        return grad, hess
 
     def _prep_key(self):
         return ("ap", self.threshold)

@@ -1,0 +1,183 @@
+"""ApproxAP's chord pair forces (``pair_force="chord"``) against a dense reference.
+
+The reference follows the formulas of ``approx_gbdt/_ap_chord.py``'s docstring with dense
+matrices: the smoothed positions and ``S`` from full sigmoid matrices, ``v = dM/dpos^`` by
+PyTorch autograd of ApproxAP as a function of the positions (float64), then the chord terms
+by NumPy. Chord forces are not a gradient, so there is no autograd reference for them.
+"""
+
+from __future__ import annotations
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+import torch
+
+from approx_gbdt import ApproxAP, make_ranking_splits, metrics
+
+
+def queries(seed, *, spread=1.0, ties=False):
+    """Queries of 1-30 documents: one without a relevant document, one all relevant."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([1, 7, 30, 12, 5, 2, 6])
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    s = rng.normal(size=ptr[-1]) * spread
+    if ties:
+        s = np.round(s * 2) / 2
+    y = rng.integers(0, 3, size=ptr[-1]).astype(np.float64)
+    y[ptr[4]:ptr[5]] = 0.0
+    y[ptr[6]:ptr[7]] = 2.0
+    return s, y, ptr
+
+
+def dense_chord(s, y, ptr, *, alpha, beta, threshold=1.0):
+    """Gradient of L and bound Hessian of ApproxAP's chord forces, query by query."""
+    grad = np.zeros(s.size)
+    bound = np.zeros(s.size)
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        r = (y[a:b] >= threshold).astype(np.float64)
+        if b - a < 2 or r.sum() == 0:
+            continue
+        x = alpha * (s[a:b][None, :] - s[a:b][:, None])  # x[k, j] = alpha (s_j - s_k)
+        sig = 1.0 / (1.0 + np.exp(-x))
+        w = sig * (1.0 - sig)
+        np.fill_diagonal(sig, 0.0)
+        np.fill_diagonal(w, 0.0)
+        pos = 1.0 + sig.sum(1)
+        p = torch.tensor(pos, dtype=torch.float64, requires_grad=True)
+        rt = torch.tensor(r)
+        ind = torch.sigmoid(beta * (p[:, None] - p[None, :])) * rt[None, :]
+        ind = ind * (1.0 - torch.eye(b - a, dtype=torch.float64))
+        above = 1.0 + ind.sum(1)  # 1 + S_k
+        ap = (rt * above / p).sum() / rt.sum()
+        (v,) = torch.autograd.grad(ap, p)
+        v = v.numpy() * r
+        c = above.detach().numpy() / r.sum()
+        g = np.zeros(b - a)
+        h = np.zeros(b - a)
+        for k in np.flatnonzero(r):
+            for j in np.flatnonzero(r == 0):
+                vkj = v[k] + c[k] * (1.0 / pos[k] ** 2 - 1.0 / (pos[k] * pos[j]))
+                t = alpha * w[k, j] * vkj
+                g[k] -= t
+                g[j] += t
+                h[k] += alpha * abs(t)
+                h[j] += alpha * abs(t)
+        grad[a:b] = -g
+        bound[a:b] = h
+    return grad, bound
+
+
+def close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12 * max(np.abs(want).max(), 1.0))
+
+
+@pytest.mark.parametrize(("spread", "ties"), [(1.0, False), (1.0, True), (40.0, False)])
+def test_chord_forces_against_dense_reference(spread, ties):
+    """Spread 40: most pairs saturated, outside the pair loop's windows."""
+    s, y, ptr = queries(1, spread=spread, ties=ties)
+    obj = ApproxAP(alpha=2.0, beta=0.7, pair_force="chord", normalize=False)
+    g, h = obj.grad_hess(s, y, ptr)
+    g_ref, h_ref = dense_chord(s, y, ptr, alpha=2.0, beta=0.7)
+    close(g, g_ref)
+    close(h, h_ref)
+    assert np.abs(g_ref).max() > 0
+    _, h_const = obj.grad_hess(s, y, ptr, hessian="constant")
+    sizes = np.diff(ptr)
+    has_pairs = np.repeat((sizes > 1) & (np.add.reduceat(y >= 1, ptr[:-1]) > 0), sizes)
+    np.testing.assert_array_equal(h_const, np.where(has_pairs, 1.0, 0.0))
+
+
+def test_threshold_and_normalisation():
+    s, y, ptr = queries(2)
+    g, h = ApproxAP(pair_force="chord", threshold=2.0).grad_hess(s, y, ptr)
+    g_ref, h_ref = dense_chord(s, y, ptr, alpha=10.0, beta=0.3, threshold=2.0)
+    for a, b in zip(ptr[:-1], ptr[1:]):  # normalize=True: log2(1 + S) / S with S = sum |g|
+        tot = np.abs(g_ref[a:b]).sum()
+        f = np.log2(1.0 + tot) / tot if tot > 0 else 1.0
+        g_ref[a:b] *= f
+        h_ref[a:b] *= f
+    close(g, g_ref)
+    close(h, h_ref)
+
+
+def test_no_force_between_relevant_documents():
+    """An all-relevant query has AP 1 in any order: chord forces leave it alone, the
+    tangents of the smoothed surrogate do not."""
+    s = np.array([0.4, -0.2, 0.1, 1.3])
+    y = np.array([1.0, 2.0, 1.0, 3.0])
+    ptr = np.array([0, 4])
+    g, h = ApproxAP(pair_force="chord").grad_hess(s, y, ptr)
+    assert not g.any() and not h.any()
+    g_tangent, _ = ApproxAP().grad_hess(s, y, ptr)
+    assert np.abs(g_tangent).max() > 0
+
+
+def test_chord_is_the_tangent_at_equal_positions_and_stronger_when_misordered():
+    """One relevant and one irrelevant document: no pair of relevant documents, so the only
+    difference is the precision term's chord, which is its tangent at equal scores and,
+    with the relevant document below, the steeper slope between the two positions."""
+    y = np.array([0.0, 1.0])
+    ptr = np.array([0, 2])
+    for s in (np.array([0.0, 0.0]), np.array([0.3, 0.3])):
+        np.testing.assert_allclose(ApproxAP(pair_force="chord").grad_hess(s, y, ptr),
+                                   ApproxAP().grad_hess(s, y, ptr), rtol=1e-12)
+    opts = {"alpha": 2.0, "normalize": False}
+    below = np.array([0.5, 0.0])  # the relevant document second
+    g_chord, _ = ApproxAP(pair_force="chord", **opts).grad_hess(below, y, ptr)
+    g_tangent, _ = ApproxAP(**opts).grad_hess(below, y, ptr)
+    assert g_chord[1] < g_tangent[1] < 0  # pushed up, harder
+    above = below[::-1].copy()  # the relevant document first: a weaker push
+    g_chord, _ = ApproxAP(pair_force="chord", **opts).grad_hess(above, y, ptr)
+    g_tangent, _ = ApproxAP(**opts).grad_hess(above, y, ptr)
+    assert g_tangent[1] < g_chord[1] < 0
+
+
+def test_degenerate_queries_get_zeros():
+    s = np.array([0.5, 1.0, 2.0, 3.0, 0.0])
+    y = np.array([3.0, 0.0, 0.0, 0.0, 1.0])
+    ptr = np.array([0, 1, 4, 5])
+    g, h = ApproxAP(pair_force="chord").grad_hess(s, y, ptr)
+    assert not g.any() and not h.any()
+
+
+@pytest.mark.parametrize("bad", [
+    {"pair_force": "swap"},
+    {"pair_force": "secant"},
+    {"pair_force": "chord", "hessian": "mixed"},
+    {"pair_force": "chord", "hessian": "exact"},
+    {"pair_force": "chord", "hessian": "bound_sum"},
+])
+def test_bad_options(bad):
+    with pytest.raises(ValueError):
+        ApproxAP(**bad)
+
+
+def test_chord_rejects_an_exact_hessian_override():
+    s, y, ptr = queries(3)
+    with pytest.raises(ValueError, match="chord"):
+        ApproxAP(pair_force="chord").grad_hess(s, y, ptr, hessian="exact")
+
+
+def test_options_round_trip():
+    obj = ApproxAP(pair_force="chord", hessian="constant")
+    assert obj.get_params()["pair_force"] == "chord"
+    assert "pair_force='chord'" in repr(obj)
+    assert obj.replace(beta=1.0).pair_force == "chord"
+    with pytest.raises(ValueError):
+        obj.replace(hessian="mixed")
+
+
+def test_chord_forces_train_with_lightgbm():
+    d = make_ranking_splits((60, 10, 40), seed=3)
+    train, test = d["train"], d["test"]
+    params = {"objective": ApproxAP(pair_force="chord"), "learning_rate": 0.1, "verbose": -1,
+              "num_threads": 1, "seed": 0}
+    dtrain = lgb.Dataset(train.X, train.y, group=np.diff(train.group_ptr))
+    booster = lgb.train(params, dtrain, num_boost_round=30)
+    scores = booster.predict(test.X)
+    trained = metrics.mean_over_queries(metrics.average_precision(scores, test.y,
+                                                                  test.group_ptr))
+    const = metrics.mean_over_queries(metrics.average_precision(np.zeros(test.y.size), test.y,
+                                                                test.group_ptr))
+    assert trained > const + 0.05
