@@ -38,6 +38,8 @@ and ``R`` the relevant documents (``S``); O(n) memory per query, parallel over q
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit, prange
 
@@ -72,26 +74,47 @@ def _relevant_terms(pos, rel, inv_r, beta, v, c):
 @njit(cache=True)
 def _pair_terms(s, relevant, alpha, pos, v, c, o, jend, g, bnd):
     """The chord pair terms of one query (module docstring) into ``g`` (``dM/ds``) and the
-    sums of their absolute values into ``bnd``, over the windows of ``_positions``."""
+    sums of their absolute values into ``bnd``, over the windows of ``_positions`` (``o``:
+    the sorted order, descending scores; ``jend``: the windows' ends). In sorted order, with
+    ``q = 1 / pos^``, a relevant ``k`` and an irrelevant ``j`` have ``v_kj = a_k - b_k q_j``
+    (``a_k = v_k + c_k q_k^2``, ``b_k = c_k q_k``)."""
     n = s.shape[0]
-    g[:] = 0.0
-    bnd[:] = 0.0
+    work = np.zeros((7, n))
+    xs, rs, q, a, b, gs, hs = work[0], work[1], work[2], work[3], work[4], work[5], work[6]
     for r in range(n):
         i = o[r]
+        xs[r] = alpha * s[i]
+        rs[r] = relevant[i]
+        qi = 1.0 / pos[i]
+        q[r] = qi
+        a[r] = v[i] + c[i] * qi * qi
+        b[r] = c[i] * qi
+    for r in range(n):
+        rel_r = rs[r] > 0.0
+        xr, ar, br, qr = xs[r], a[r], b[r], q[r]
+        gr = 0.0
+        hr = 0.0
         for col in range(r + 1, jend[r]):
-            j = o[col]
-            if relevant[i] == relevant[j]:
+            if (rs[col] > 0.0) == rel_r:
                 continue  # swapping them leaves AP unchanged
-            k, m = (i, j) if relevant[i] > 0.0 else (j, i)  # k relevant, m irrelevant
-            _, _, w = _sig_pair(alpha * (s[m] - s[k]))
-            qk = 1.0 / pos[k]
-            vkm = v[k] + c[k] * (qk * qk - qk / pos[m])
-            t = alpha * w * vkm  # -(k's term) = m's term of dM/ds
-            g[k] -= t
-            g[m] += t
+            e = math.exp(xs[col] - xr)  # at most 1: col is ranked below r
+            w = e / ((1.0 + e) * (1.0 + e))
+            if rel_r:  # r relevant, col irrelevant: t is -(r's term), col's term
+                t = alpha * w * (ar - br * q[col])
+                gr -= t
+                gs[col] += t
+            else:  # col relevant, r irrelevant
+                t = alpha * w * (a[col] - b[col] * qr)
+                gr += t
+                gs[col] -= t
             at = abs(t)
-            bnd[k] += at
-            bnd[m] += at
+            hr += at
+            hs[col] += at
+        gs[r] += gr
+        hs[r] += hr
+    for r in range(n):
+        g[o[r]] = gs[r]
+        bnd[o[r]] = hs[r]
 
 
 @njit(parallel=True, cache=True)
