@@ -29,7 +29,8 @@ So, with ``rel`` the relevant documents and ``irr`` the others::
 
 Chord forces are not the gradient of a function, so they have no exact Hessian; their bound
 Hessian is ``alpha^2 sum_j w_kj |v_kj|`` over the pairs of a relevant and an irrelevant
-document (``hessian="bound"``), or ``hessian="constant"``.
+document (``hessian="bound"``), or ``hessian="constant"``. A query without such a pair (one
+document, none relevant or all relevant) gets zero gradients and Hessians.
 
 O(n log n + n W + R^2) time per query, with ``W`` the documents within ``alpha |s_j - s_k|
 <= 37`` of each (beyond, ``w < e^-37`` and the pair counts 0 or 1 in the positions exactly)
@@ -128,9 +129,10 @@ def ap_chord_grad_hess(s, rel_idx, rel_ptr, inv_r, group_ptr, weights, alpha, be
         a = group_ptr[q]
         b = group_ptr[q + 1]
         n = b - a
-        if trivial_query(inv_r[q], a, b, grad, hess):
-            continue
         rel = rel_idx[rel_ptr[q]:rel_ptr[q + 1]]
+        # no pair of a relevant and an irrelevant document (none relevant, or all): no term
+        if trivial_query(inv_r[q] if rel.shape[0] < n else 0.0, a, b, grad, hess):
+            continue
         work = np.zeros((5, n))
         relevant, pos, v, c, bnd = work[0], work[1], work[2], work[3], work[4]
         for i in range(rel.shape[0]):

@@ -412,9 +412,17 @@ class _ApproxObjective:
         warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess
 
+    def _plain(self):
+        """Whether :meth:`grad_hess` is the surrogate's own gradient (no option changes it)."""
+        return True
+
     def _reference_grad_hess(self, scores, labels, group_ptr, weights=None, *, hessian=None):
         """:meth:`grad_hess` by the exact O(n^2) reference loops (no window, no sorting), and
         the per-document ``v = dM/dpos^`` and ``e = d2M/dpos^2``: for tests and benchmarks."""
+        if not self._plain():
+            raise NotImplementedError(
+                f"{self!r}: the reference loops compute the surrogate's own gradient only"
+            )
         prep = self._prepare(labels, group_ptr, cache=False)
         s = _as_scores(scores, prep.labels.shape[0])
         w = doc_weights(weights, prep.group_ptr)
@@ -745,6 +753,10 @@ class ApproxNDCG(_ApproxObjective):
             text += f", lambdaloss_window={self.lambdaloss_window}"
         return text
 
+    def _plain(self):
+        return (self.positions == "sigmoid" and self.pair_force == "tangent" and not self.noise
+                and not self.lambdaloss)
+
     def _prep_key(self):
         return ("ndcg", self._k)
 
@@ -901,8 +913,8 @@ class ApproxAP(_ApproxObjective):
     def _check_chord_hessian(self, hessian):
         if self.pair_force == "chord" and hessian not in AP_CHORD_HESSIANS:
             raise ValueError(
-                "pair_force='chord' has no exact Hessian: hessian must be 'bound' or "
-                f"'constant', got {hessian!r}"
+                "pair_force='chord' is not a gradient and has no exact diagonal: its hessian "
+                f"is 'bound' or 'constant', got {hessian!r}"
             )
 
     def _options(self):
@@ -927,6 +939,9 @@ class ApproxAP(_ApproxObjective):
             )
         warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess
+
+    def _plain(self):
+        return self.pair_force == "tangent"
 
     def _prep_key(self):
         return ("ap", self.threshold)

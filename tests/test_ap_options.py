@@ -8,6 +8,8 @@ by NumPy. Chord forces are not a gradient, so there is no autograd reference for
 
 from __future__ import annotations
 
+import pickle
+
 import lightgbm as lgb
 import numpy as np
 import pytest
@@ -82,9 +84,12 @@ def test_chord_forces_against_dense_reference(spread, ties):
     close(g, g_ref)
     close(h, h_ref)
     assert np.abs(g_ref).max() > 0
+    # "constant" on every query with a relevant and an irrelevant document, else nothing
     _, h_const = obj.grad_hess(s, y, ptr, hessian="constant")
     sizes = np.diff(ptr)
-    has_pairs = np.repeat((sizes > 1) & (np.add.reduceat(y >= 1, ptr[:-1]) > 0), sizes)
+    n_rel = np.add.reduceat(y >= 1, ptr[:-1])
+    has_pairs = np.repeat((n_rel > 0) & (n_rel < sizes), sizes)
+    assert has_pairs.any() and not has_pairs.all()
     np.testing.assert_array_equal(h_const, np.where(has_pairs, 1.0, 0.0))
 
 
@@ -99,6 +104,26 @@ def test_threshold_and_normalisation():
         h_ref[a:b] *= f
     close(g, g_ref)
     close(h, h_ref)
+
+
+@pytest.mark.parametrize("per_query", [False, True])
+def test_weights_scale_each_document_after_the_normalisation(per_query):
+    s, y, ptr = queries(4)
+    rng = np.random.default_rng(5)
+    w = rng.uniform(0.5, 2.0, ptr.size - 1 if per_query else s.size)
+    w_doc = np.repeat(w, np.diff(ptr)) if per_query else w
+    obj = ApproxAP(pair_force="chord")
+    g, h = obj.grad_hess(s, y, ptr, w)
+    g0, h0 = obj.grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g, g0 * w_doc, rtol=1e-12)
+    np.testing.assert_allclose(h, h0 * w_doc, rtol=1e-12)
+
+
+def test_tangent_is_the_default_objective():
+    s, y, ptr = queries(6)
+    for a, b in zip(ApproxAP(pair_force="tangent").grad_hess(s, y, ptr),
+                    ApproxAP().grad_hess(s, y, ptr)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_no_force_between_relevant_documents():
@@ -164,8 +189,14 @@ def test_options_round_trip():
     assert obj.get_params()["pair_force"] == "chord"
     assert "pair_force='chord'" in repr(obj)
     assert obj.replace(beta=1.0).pair_force == "chord"
+    copy = pickle.loads(pickle.dumps(obj))
+    assert copy.get_params() == obj.get_params()
+    assert ApproxAP().set_params(pair_force="chord").pair_force == "chord"
     with pytest.raises(ValueError):
         obj.replace(hessian="mixed")
+    s, y, ptr = queries(7)
+    with pytest.raises(NotImplementedError):  # the reference loops know the tangents only
+        obj._reference_grad_hess(s, y, ptr)
 
 
 def test_chord_forces_train_with_lightgbm():
