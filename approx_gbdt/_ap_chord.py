@@ -32,20 +32,28 @@ Hessian is ``alpha^2 sum_j w_kj |v_kj|`` over the pairs of a relevant and an irr
 document (``hessian="bound"``), or ``hessian="constant"``. A query without such a pair (one
 document, none relevant or all relevant) gets zero gradients and Hessians.
 
-O(n log n + n W + R^2) time per query, with ``W`` the documents within ``alpha |s_j - s_k|
-<= 37`` of each (beyond, ``w < e^-37`` and the pair counts 0 or 1 in the positions exactly)
-and ``R`` the relevant documents (``S``); O(n) memory per query, parallel over queries.
+The positions come from the fast kernels (``_kernels.smoothed_positions``, which the caller
+runs first); then per query a sort, ``S`` and ``v`` over the relevant documents (O(R^2)),
+and the pair terms over each document's window ``alpha |s_j - s_k| <= 37`` (beyond it
+``w < e^-37``), with ``e^{alpha (s_j - s_k)}`` from one exponential per document and per row
+(the exp blocks of ``_pairs._windows``): O(n log n + n W + R^2) time and O(n) memory per
+query, parallel over queries.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pair_forces import _positions
-from approx_gbdt._pairs import _hessian_of_loss, _sig_pair, query_weights
+from approx_gbdt._pairs import (
+    _FM,
+    _hessian_of_loss,
+    _segment,
+    _sig_pair,
+    _windows,
+    argsort_desc,
+    query_weights,
+)
 from approx_gbdt._reference import finish_query, trivial_query
 
 
@@ -72,58 +80,96 @@ def _relevant_terms(pos, rel, inv_r, beta, v, c):
         c[rel[ia]] = above * inv_r
 
 
+@njit(fastmath=_FM, cache=True)
+def _row_rel(j0, j1, f, ex, irr, q, a_r, b_r, gs, hs):
+    """A relevant row's pairs with the columns ``j0..j1-1`` (``e^{x_col - x_row} = f ex_col``):
+    the irrelevant ones (``irr`` 1) take ``t = w (a_r - b_r q_col)``; returns the row's sums
+    of ``t`` and ``|t|`` (each ``t`` is the column's term of ``dM/ds / alpha``)."""
+    gr = 0.0
+    hr = 0.0
+    for col in range(j0, j1):
+        e = f * ex[col]
+        w = e / ((1.0 + e) * (1.0 + e))
+        t = w * irr[col] * (a_r - b_r * q[col])
+        gs[col] += t
+        at = abs(t)
+        hs[col] += at
+        gr += t
+        hr += at
+    return gr, hr
+
+
+@njit(fastmath=_FM, cache=True)
+def _row_irr(j0, j1, f, ex, a, b, q_r, gs, hs):
+    """An irrelevant row's pairs with the columns ``j0..j1-1``: the relevant ones (``a`` and
+    ``b`` are 0 on the others) take ``t = w (a_col - b_col q_r)``; returns the row's sums of
+    ``t`` and ``|t|``."""
+    gr = 0.0
+    hr = 0.0
+    for col in range(j0, j1):
+        e = f * ex[col]
+        w = e / ((1.0 + e) * (1.0 + e))
+        t = w * (a[col] - b[col] * q_r)
+        gs[col] -= t
+        at = abs(t)
+        hs[col] += at
+        gr += t
+        hr += at
+    return gr, hr
+
+
 @njit(cache=True)
-def _pair_terms(s, relevant, alpha, pos, v, c, o, jend, g, bnd):
+def _pair_terms(s, relevant, alpha, pos, v, c, g, bnd):
     """The chord pair terms of one query (module docstring) into ``g`` (``dM/ds``) and the
-    sums of their absolute values into ``bnd``, over the windows of ``_positions`` (``o``:
-    the sorted order, descending scores; ``jend``: the windows' ends). In sorted order, with
+    sums of their absolute values into ``bnd``. In sorted order (descending scores), with
     ``q = 1 / pos^``, a relevant ``k`` and an irrelevant ``j`` have ``v_kj = a_k - b_k q_j``
-    (``a_k = v_k + c_k q_k^2``, ``b_k = c_k q_k``)."""
+    (``a_k = v_k + c_k q_k^2``, ``b_k = c_k q_k``; both 0 on the irrelevant documents)."""
     n = s.shape[0]
-    work = np.zeros((7, n))
-    xs, rs, q, a, b, gs, hs = work[0], work[1], work[2], work[3], work[4], work[5], work[6]
+    o = np.empty(n, dtype=np.int64)
+    argsort_desc(s, o)
+    work = np.zeros((8, n))
+    x, ex, irr, q, a, b, gs, hs = (work[0], work[1], work[2], work[3], work[4], work[5],
+                                   work[6], work[7])
+    ends = np.empty((2, n), dtype=np.int64)
+    top = s[o[0]]
     for r in range(n):
         i = o[r]
-        xs[r] = alpha * s[i]
-        rs[r] = relevant[i]
+        x[r] = alpha * (s[i] - top)
+        irr[r] = 1.0 - relevant[i]
         qi = 1.0 / pos[i]
         q[r] = qi
         a[r] = v[i] + c[i] * qi * qi
         b[r] = c[i] * qi
+    _windows(x, ex, ends[0], ends[1])
     for r in range(n):
-        rel_r = rs[r] > 0.0
-        xr, ar, br, qr = xs[r], a[r], b[r], q[r]
+        jend = ends[0, r]
+        if jend <= r + 1:
+            continue
         gr = 0.0
         hr = 0.0
-        for col in range(r + 1, jend[r]):
-            if (rs[col] > 0.0) == rel_r:
-                continue  # swapping them leaves AP unchanged
-            e = math.exp(xs[col] - xr)  # at most 1: col is ranked below r
-            w = e / ((1.0 + e) * (1.0 + e))
-            if rel_r:  # r relevant, col irrelevant: t is -(r's term), col's term
-                t = alpha * w * (ar - br * q[col])
-                gr -= t
-                gs[col] += t
-            else:  # col relevant, r irrelevant
-                t = alpha * w * (a[col] - b[col] * qr)
-                gr += t
-                gs[col] -= t
-            at = abs(t)
-            hr += at
-            hs[col] += at
+        for part in range(2):  # the row's exp block and the next (``_pairs._segment``)
+            j0, j1, f = _segment(part, r, r + 1, jend, ends[1, r], x, ex)
+            if j0 < j1:
+                if irr[r] == 0.0:
+                    dg, dh = _row_rel(j0, j1, f, ex, irr, q, a[r], b[r], gs, hs)
+                    gr -= dg
+                else:
+                    dg, dh = _row_irr(j0, j1, f, ex, a, b, q[r], gs, hs)
+                    gr += dg
+                hr += dh
         gs[r] += gr
         hs[r] += hr
     for r in range(n):
-        g[o[r]] = gs[r]
-        bnd[o[r]] = hs[r]
+        g[o[r]] = alpha * gs[r]
+        bnd[o[r]] = alpha * hs[r]
 
 
 @njit(parallel=True, cache=True)
-def ap_chord_grad_hess(s, rel_idx, rel_ptr, inv_r, group_ptr, weights, alpha, beta, mode,
+def ap_chord_grad_hess(s, pos, rel_idx, rel_ptr, inv_r, group_ptr, weights, alpha, beta, mode,
                        floor, constant, normalize, grad, hess):
     """Gradient and Hessian of ``L = -sum_q ApproxAP_q`` with chord pair forces (module
-    docstring); the arguments as ``_kernels.grad_hess``'s for ApproxAP (``mode`` the bound's
-    or the constant's)."""
+    docstring), at the smoothed positions ``pos`` of ``s``; the other arguments as
+    ``_kernels.grad_hess``'s for ApproxAP (``mode`` the bound's or the constant's)."""
     alpha2 = alpha * alpha
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
@@ -133,18 +179,15 @@ def ap_chord_grad_hess(s, rel_idx, rel_ptr, inv_r, group_ptr, weights, alpha, be
         # no pair of a relevant and an irrelevant document (none relevant, or all): no term
         if trivial_query(inv_r[q] if rel.shape[0] < n else 0.0, a, b, grad, hess):
             continue
-        work = np.zeros((5, n))
-        relevant, pos, v, c, bnd = work[0], work[1], work[2], work[3], work[4]
+        work = np.zeros((4, n))
+        relevant, v, c, bnd = work[0], work[1], work[2], work[3]
         for i in range(rel.shape[0]):
             relevant[rel[i]] = 1.0
-        idx = np.empty((3, n), dtype=np.int64)
-        sq = s[a:b]
-        # (plain sigmoid positions: the labels argument is not read)
-        _positions(sq, relevant, alpha, False, idx[0], idx[1], idx[2], pos)
-        _relevant_terms(pos, rel, inv_r[q], beta, v, c)
+        pq = pos[a:b]
+        _relevant_terms(pq, rel, inv_r[q], beta, v, c)
         gq = grad[a:b]
         hq = hess[a:b]
-        _pair_terms(sq, relevant, alpha, pos, v, c, idx[0], idx[2], gq, bnd)
+        _pair_terms(s[a:b], relevant, alpha, pq, v, c, gq, bnd)
         for i in range(n):
             gq[i] = -gq[i]
             hq[i] = _hessian_of_loss(mode, floor, constant, alpha2, 0.0, alpha * bnd[i])

@@ -931,11 +931,13 @@ class ApproxAP(_ApproxObjective):
         a = prep.arrays
         grad = np.empty_like(s)
         hess = np.empty_like(s)
+        pos = np.empty_like(s)
         with K.threads_capped(n_threads):
+            K.smoothed_positions(s, prep.group_ptr, self.alpha, pos)
             APC.ap_chord_grad_hess(
-                s, a["rel_idx"], a["rel_ptr"], a["inv_z"], prep.group_ptr, weights, self.alpha,
-                self.beta, self._mode(hessian), self.hessian_floor, self.hessian_constant,
-                self.normalize, grad, hess,
+                s, pos, a["rel_idx"], a["rel_ptr"], a["inv_z"], prep.group_ptr, weights,
+                self.alpha, self.beta, self._mode(hessian), self.hessian_floor,
+                self.hessian_constant, self.normalize, grad, hess,
             )
         warn_if_saturated(self, s, prep, grad, weights)
         return grad, hess
