@@ -874,9 +874,10 @@ class ApproxAP(_ApproxObjective):
         so ``dM/ds_k = -alpha sum_{j irrelevant} w_kj v_kj`` for a relevant ``k`` and
         ``alpha sum_{k relevant} w_kj v_kj`` for an irrelevant ``j``. Not the gradient of a
         function: its Hessians are "bound" (``alpha^2 sum_j w_kj |v_kj|`` over those pairs)
-        and "constant". An O(n log n + n W + R^2) loop per query (``W`` the documents within
-        the sigmoid's window of each, ``R`` the relevant ones; approx_gbdt._ap_chord)
-        instead of the fast kernels: on long lists with narrow scores it costs O(n^2).
+        and "constant". The positions come from the fast kernels, the pair terms from an
+        O(n log n + n W + R^2) loop per query (``W`` the documents within the sigmoid's
+        window of each, ``R`` the relevant ones; approx_gbdt._ap_chord): 2.6-11 times the
+        default's time, O(n^2) on long lists with narrow scores.
     """
 
     # (the kernels' has_hessian: "mixed_sum" needs v <= 0; ApproxAP's coupled v can be positive)
