@@ -81,36 +81,20 @@ def _relevant_terms(pos, rel, inv_r, beta, v, c):
 
 
 @njit(fastmath=_FM, cache=True)
-def _row_rel(j0, j1, f, ex, irr, q, a_r, b_r, gs, hs):
-    """A relevant row's pairs with the columns ``j0..j1-1`` (``e^{x_col - x_row} = f ex_col``):
-    the irrelevant ones (``irr`` 1) take ``t = w (a_r - b_r q_col)``; returns the row's sums
-    of ``t`` and ``|t|`` (each ``t`` is the column's term of ``dM/ds / alpha``)."""
+def _row_terms(j0, j1, f, ex, u, p, c_u, c_p, sign, gs, hs):
+    """A row's pairs with the columns ``j0..j1-1`` (``e^{x_col - x_row} = f ex_col``): each
+    takes ``t = w (c_u u_col - c_p p_col)``, adds ``sign t`` to the column's ``gs`` and ``|t|``
+    to its ``hs``, and the row's sums of ``t`` and ``|t|`` are returned. ``t`` is ``1 / alpha``
+    times the relevant document's ``-dM/ds`` term: a relevant row passes ``u = irr``,
+    ``p = irr q``, ``(c_u, c_p) = (a_r, b_r)`` and ``sign = 1``; an irrelevant row ``u = a``,
+    ``p = b`` (0 on the irrelevant columns), ``(1, q_r)`` and ``sign = -1``."""
     gr = 0.0
     hr = 0.0
     for col in range(j0, j1):
         e = f * ex[col]
         w = e / ((1.0 + e) * (1.0 + e))
-        t = w * irr[col] * (a_r - b_r * q[col])
-        gs[col] += t
-        at = abs(t)
-        hs[col] += at
-        gr += t
-        hr += at
-    return gr, hr
-
-
-@njit(fastmath=_FM, cache=True)
-def _row_irr(j0, j1, f, ex, a, b, q_r, gs, hs):
-    """An irrelevant row's pairs with the columns ``j0..j1-1``: the relevant ones (``a`` and
-    ``b`` are 0 on the others) take ``t = w (a_col - b_col q_r)``; returns the row's sums of
-    ``t`` and ``|t|``."""
-    gr = 0.0
-    hr = 0.0
-    for col in range(j0, j1):
-        e = f * ex[col]
-        w = e / ((1.0 + e) * (1.0 + e))
-        t = w * (a[col] - b[col] * q_r)
-        gs[col] -= t
+        t = w * (c_u * u[col] - c_p * p[col])
+        gs[col] += sign * t
         at = abs(t)
         hs[col] += at
         gr += t
@@ -127,9 +111,9 @@ def _pair_terms(s, relevant, alpha, pos, v, c, g, bnd):
     n = s.shape[0]
     o = np.empty(n, dtype=np.int64)
     argsort_desc(s, o)
-    work = np.zeros((8, n))
-    x, ex, irr, q, a, b, gs, hs = (work[0], work[1], work[2], work[3], work[4], work[5],
-                                   work[6], work[7])
+    work = np.zeros((9, n))
+    x, ex, irr, irr_q, q, a, b, gs, hs = (work[0], work[1], work[2], work[3], work[4], work[5],
+                                          work[6], work[7], work[8])
     ends = np.empty((2, n), dtype=np.int64)
     top = s[o[0]]
     for r in range(n):
@@ -138,6 +122,7 @@ def _pair_terms(s, relevant, alpha, pos, v, c, g, bnd):
         irr[r] = 1.0 - relevant[i]
         qi = 1.0 / pos[i]
         q[r] = qi
+        irr_q[r] = irr[r] * qi
         a[r] = v[i] + c[i] * qi * qi
         b[r] = c[i] * qi
     _windows(x, ex, ends[0], ends[1])
@@ -150,11 +135,11 @@ def _pair_terms(s, relevant, alpha, pos, v, c, g, bnd):
         for part in range(2):  # the row's exp block and the next (``_pairs._segment``)
             j0, j1, f = _segment(part, r, r + 1, jend, ends[1, r], x, ex)
             if j0 < j1:
-                if irr[r] == 0.0:
-                    dg, dh = _row_rel(j0, j1, f, ex, irr, q, a[r], b[r], gs, hs)
+                if irr[r] == 0.0:  # relevant row: its irrelevant columns
+                    dg, dh = _row_terms(j0, j1, f, ex, irr, irr_q, a[r], b[r], 1.0, gs, hs)
                     gr -= dg
-                else:
-                    dg, dh = _row_irr(j0, j1, f, ex, a, b, q[r], gs, hs)
+                else:  # irrelevant row: its relevant columns
+                    dg, dh = _row_terms(j0, j1, f, ex, a, b, 1.0, q[r], -1.0, gs, hs)
                     gr += dg
                 hr += dh
         gs[r] += gr
