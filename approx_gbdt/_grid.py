@@ -49,8 +49,9 @@ therefore a prefix of the class (up to ``c(k, G)``), and
 
 ``C_kG`` uses the node values of the boxes before ``c``'s box (cumulative over the target
 box's partners) and, for ``c``'s own box, the node weights of the members before ``c``
-(a running sum). ``c(k, G)`` only moves forward as ``k`` runs through one class in sorted
-order (``v_k`` non-decreasing), so one pointer per pair of classes does it in O(n) steps in
+(each member's sums over the members of its class and box before it, made once per query:
+``_box_prefix``). ``c(k, G)`` only moves forward as ``k`` runs through one class in sorted
+order (``v_k`` non-decreasing), so one pointer per pair of classes finds it in O(n) steps in
 total. For a target of gain 0 (``v_k = 0``) every term of a class has one sign and the sum is
 ``|A_kG|``; the gain-0 class itself gives ``|v_k| F_{1_G0}[w](k)``. Where every ``v`` is at
 most 0 (a non-increasing discount, as ApproxNDCG's), no member of the gain-0 class is below
@@ -542,10 +543,11 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
     _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fresh, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
+    pre = _box_prefix(mem, mst, 0 if vsep else C, slot, lag, v)
     own = _chain_own(t, sc, need_exact)
     vneg = _nonpositive(v) if need_bound and not vsep else False
     _chain_boxes(b0, nb, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 vsep, vneg, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own)
+                 vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag, own)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
@@ -563,11 +565,12 @@ def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
         _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, va, cls,
                        C, need_exact, fresh, src, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
+    pre = _box_prefix(mem, mst, 0 if vsep else C, slot, lag, v)
     own = _chain_own(t, sc, need_exact)
     vneg = _nonpositive(v) if need_bound and not vsep else False
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, va, g, bnd, aa, ab, aw, gva,
-                     cls, C, need_bound, need_exact, vsep, vneg, mem, mst, tab, slot, bid,
+                     cls, C, need_bound, need_exact, vsep, vneg, mem, mst, pre, tab, slot, bid,
                      bstart, nlo, nhi, src, lag, own)
 
 
@@ -613,6 +616,30 @@ def _class_members(cls, n, C):
 
 
 @njit(cache=True, **_STEP)
+def _box_prefix(mem, mst, C, slot, lag, v):
+    """For each member ``u`` of a class (``mem[u]``, classes 1..C in sorted order), the node
+    weights of ``v`` (``pre[0, u]``) and of 1 (``pre[1, u]``) of the members of its class in
+    its box before it: the part of the bound's prefix sum ``C_kG`` in the box where the
+    prefix ends (see ``_chain_boxes``). O(_P) per member, once per query for every target
+    class."""
+    pre = np.empty((2, mem.shape[0], _P))
+    for c in range(1, C + 1):
+        for u in range(mst[c], mst[c + 1]):
+            if u == mst[c] or slot[mem[u]] != slot[mem[u - 1]]:
+                for m in range(_P):
+                    pre[0, u, m] = 0.0
+                    pre[1, u, m] = 0.0
+            else:
+                j = mem[u - 1]
+                Lm = lag[j]
+                vj = v[j]
+                for m in range(_P):
+                    pre[0, u, m] = pre[0, u - 1, m] + Lm[m] * vj
+                    pre[1, u, m] = pre[1, u - 1, m] + Lm[m]
+    return pre
+
+
+@njit(cache=True, **_STEP)
 def _first_not_below(mem, a, b, v, vk):
     """First index in ``mem[a:b]`` with ``v[mem[i]] >= vk`` (``v`` non-decreasing there)."""
     while a < b:
@@ -626,7 +653,7 @@ def _first_not_below(mem, a, b, v, vk):
 
 @njit(cache=True, **_STEP)
 def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 vsep, vneg, mem, mst, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
+                 vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
     (``lag``: the Lagrange values of every document, from the positions step or
     :func:`_chain_sources`; ``own``: the self terms of ``w`` and, when ``need_exact``, ``w^2``,
@@ -644,12 +671,8 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
     npart = 2 * _D + 2
     # psi[c, 0 / 1, i]: node values of the first i partner boxes for weights v 1_G / 1_G
     psi = np.zeros((C + 1, 2, npart, _P))
-    # pointer state per (class of the target, class of the sources)
+    # pointer per (class of the target, class of the sources)
     pc = np.full((C + 1, C + 1), -1, dtype=np.int64)
-    pslot = np.full((C + 1, C + 1), -1, dtype=np.int64)
-    pcnt = np.zeros((C + 1, C + 1), dtype=np.int64)  # members in pv / p1
-    pv = np.zeros((C + 1, C + 1, _P))
-    p1 = np.zeros((C + 1, C + 1, _P))
     for b in range(b0, b1):
         for m in range(_P):
             pw1[m] = 0.0
@@ -724,37 +747,9 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                 if a == e:
                     continue
                 p = pc[ck, c]
-                if p < 0:  # first use in this chunk of boxes: binary search, then the
-                    # members of p's box before p enter the running sums
+                if p < 0:  # first use in this chunk of boxes: a binary search
                     p = _first_not_below(mem, a, e, v, vr)
-                    _reset_prefix(pv[ck, c], p1[ck, c])
-                    pslot[ck, c] = -1
-                    pcnt[ck, c] = 0
-                    if p < e:
-                        sp = slot[mem[p]]
-                        q = p
-                        while q > a and slot[mem[q - 1]] == sp:
-                            q -= 1
-                        pslot[ck, c] = sp
-                        pcnt[ck, c] = p - q
-                        for u in range(q, p):
-                            j = mem[u]
-                            Lm = lag[j]
-                            for m in range(_P):
-                                pv[ck, c, m] += Lm[m] * v[j]
-                                p1[ck, c, m] += Lm[m]
                 while p < e and v[mem[p]] < vr:
-                    j = mem[p]
-                    sj = slot[j]
-                    if sj != pslot[ck, c]:
-                        _reset_prefix(pv[ck, c], p1[ck, c])
-                        pslot[ck, c] = sj
-                        pcnt[ck, c] = 0
-                    Lm = lag[j]
-                    for m in range(_P):
-                        pv[ck, c, m] += Lm[m] * v[j]
-                        p1[ck, c, m] += Lm[m]
-                    pcnt[ck, c] += 1
                     p += 1
                 pc[ck, c] = p
                 sc = slot[mem[p]] if a < p < e else 0
@@ -767,22 +762,15 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                 else:
                     i = sc - lo
                     Cs = _dot(L, psi[c, 0, i]) - vr * _dot(L, psi[c, 1, i])
-                    if pslot[ck, c] == sc and pcnt[ck, c] > 0:
+                    if slot[mem[p - 1]] == sc:  # members of G in sc's box before p
                         for m in range(_P):
                             tmp[m] = 0.0
                         for m in range(_P):
-                            Lj[m] = pv[ck, c, m] - vr * p1[ck, c, m]
+                            Lj[m] = pre[0, p, m] - vr * pre[1, p, m]
                         _matvec_add(tab[1, int(bid[sc] - bid[b]) + _D], Lj, tmp)
                         Cs += _dot(L, tmp)
                 tot += (A if not vneg else 0.0) - 2.0 * Cs
             bnd[r] = tot if vsep or vneg else tot + abs(vr) * rest
-
-
-@njit(cache=True, **_LEAF)
-def _reset_prefix(pv, p1):
-    for m in range(_P):
-        pv[m] = 0.0
-        p1[m] = 0.0
 
 
 # ApproxAP's bound over the relevant documents: ``sum_j w_kj |v_j - v_k|`` for any ``v``
