@@ -520,7 +520,7 @@ def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fre
 
 @njit(cache=True, **_ENTRY)
 def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound, need_exact,
-                   gt, vsep, lag):
+                   floor, gt, vsep, lag):
     """Chain-rule sums of one sorted query by the grid: ``g`` and ``aw``; when ``need_exact``,
     ``aa`` and ``ab`` (else they are not written); for weights ``va`` (an empty array: none),
     ``gva = F_va[w] - va_k F_1[w]``; and when ``need_bound``, ``bnd`` by the class split
@@ -531,6 +531,10 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     every ``v`` of the next; ``v`` in any order within a class, no class 0), and ``bnd`` is the
     bound's sum over the other classes only: ``sum_{c(j) != c(k)} w_kj |v_j - v_k|``, whose
     sign is known per class (the caller adds the sum within the class).
+
+    ``floor``: where the caller floors the exact Hessian diagonal with ``floor`` times the
+    bound (``hessian="mixed"``; 0 otherwise), a target whose floor cannot bind gets
+    ``bnd = 0`` without its bound's class sums (see :func:`_chain_boxes`).
 
     ``lag``: the documents' Lagrange values from :func:`grid_positions_seq` on this same
     ``x`` (``n x _P``; a caller must not pass those of another ``x``: any array with a row per
@@ -547,12 +551,13 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     own = _chain_own(t, sc, need_exact)
     vneg = _nonpositive(v) if need_bound and not vsep else False
     _chain_boxes(b0, nb, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag, own)
+                 floor, vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag,
+                 own)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
 def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound, need_exact,
-                   gt, nt, vsep, lag):
+                   floor, gt, nt, vsep, lag):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
     z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
@@ -570,8 +575,8 @@ def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     vneg = _nonpositive(v) if need_bound and not vsep else False
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, va, g, bnd, aa, ab, aw, gva,
-                     cls, C, need_bound, need_exact, vsep, vneg, mem, mst, pre, tab, slot, bid,
-                     bstart, nlo, nhi, src, lag, own)
+                     cls, C, need_bound, need_exact, floor, vsep, vneg, mem, mst, pre, tab, slot,
+                     bid, bstart, nlo, nhi, src, lag, own)
 
 
 @njit(cache=True, **_STEP)
@@ -653,12 +658,21 @@ def _first_not_below(mem, a, b, v, vk):
 
 @njit(cache=True, **_STEP)
 def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag, own):
+                 floor, vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag,
+                 own):
     """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
     (``lag``: the Lagrange values of every document, from the positions step or
     :func:`_chain_sources`; ``own``: the self terms of ``w`` and, when ``need_exact``, ``w^2``,
     from :func:`_chain_own`; ``vneg``: every ``v`` is at most 0, so that the bound is
-    ``g_k - 2 sum_G C_kG``, see the module docstring)."""
+    ``g_k - 2 sum_G C_kG``, see the module docstring).
+
+    With ``vneg``, ``need_exact`` and a ``floor`` above 0 (the caller's Hessian is
+    ``max(h_k, floor alpha^2 bnd_k)`` with the exact diagonal ``h_k = alpha^2 (aa_k - ab_k -
+    e_k aw_k^2)``, ``hessian="mixed"``), a target with
+    ``floor (2 |v_k| aw_k - g_k) <= aa_k - ab_k - e_k aw_k^2`` gets ``bnd_k = 0`` without
+    its class sums: ``2 |v_k| aw_k - g_k = sum_j w_kj (|v_j| + |v_k|)`` (every ``v`` at
+    most 0) is at least the bound ``sum_j w_kj |v_j - v_k|``, so the floor cannot bind there
+    and the Hessian is ``h_k`` either way."""
     Lj = np.empty(_P)
     tmp = np.empty(_P)
     pw1 = np.empty(_P)
@@ -723,6 +737,11 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
             if vneg and ck == 0:  # v_k = 0: sum_j w_kj |v_j| = -g_k
                 bnd[r] = abs(g[r])
                 continue
+            if vneg and need_exact and floor > 0.0:
+                awr = aw[r]
+                if floor * (-g[r] - 2.0 * vr * awr) <= aa[r] - ab[r] - ee[r] * awr * awr:
+                    bnd[r] = 0.0  # the floor cannot bind (see above)
+                    continue
             # vneg: sum_j w_kj |v_j - v_k| = g_k - 2 sum_G C_kG (the gain-0 class has no v_j
             # below v_k), and A_kG is needed only where C_kG = A_kG
             tot = g[r] if vneg else 0.0

@@ -165,7 +165,7 @@ def _positions_step(big, s, order, alpha, W, nt, gp, gt):
 
 
 @njit(inline="always", cache=True)
-def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt, lag):
+def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, floor, va, nt, gt, lag):
     x, v, e = W.x[:n], W.v[:n], W.e[:n]
     # the exact diagonal's sums as a run-time flag (the block's constant, typed as a literal
     # where it is False, would compile the grid once more); ``va``'s sums, when given, go to
@@ -173,15 +173,16 @@ def _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt, lag):
     exact = (n >= 0) if need_exact else (n < 0)
     if big:
         grid_chain_par(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
-                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, nt, n < 0, lag)
+                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, floor, gt, nt, n < 0,
+                       lag)
     else:
         grid_chain_seq(x, v, e, va, W.g[:n], W.bnd[:n], W.aa[:n], W.ab[:n], W.aw[:n],
-                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, gt, n < 0, lag)
+                       W.bnd[:va.shape[0]], cls, ncls, need_bound, exact, floor, gt, n < 0, lag)
 
 
 @njit(inline="always", cache=True)
-def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va, bsum, nt, gt,
-                lag):
+def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va, bsum, floor,
+                nt, gt, lag):
     """Chain-rule sums by the grid when the positions took it and the Hessian mode's sums are
     kernel sums there (the bound needs ``split``: a separable measure without truncation, and
     at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly. On the grid, weights
@@ -198,7 +199,7 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
                 cls = np.empty(n, dtype=np.int64)
                 ncls = gain_classes(gains, order, n, cls)
         if ncls >= 0:
-            _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, va, nt, gt, lag)
+            _grid_chain(big, n, W, cls, ncls, need_bound, need_exact, floor, va, nt, gt, lag)
             return
     if big:
         _sorted_chain_par(n, W, need_exact, bsum, nt)
@@ -252,7 +253,8 @@ def _make_query_ap(big, need_exact):
         if bound_grid or sum_grid:  # (a literal True: bound_weights is inlined, not compiled)
             av = bound_weights(n, W, True)[:n]
         _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
-                    need_bound and not bound_grid, n < 0, W.v, order, av, bsum, nt, gt, lag)
+                    need_bound and not bound_grid, n < 0, W.v, order, av, bsum, 0.0, nt, gt,
+                    lag)
         if bound_grid:
             _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag)
         if sum_grid:
@@ -290,8 +292,10 @@ def _query(big, need_exact, job, s, gains, iz, wts, alpha, kind, k, beta, theta,
     else:
         separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
         # the class split of the bound needs v monotone within a gain class (no top-k)
+        # "mixed": the bound only where its floor can bind (``_grid._chain_boxes``)
         _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
-                    W.v[:0], mode == HESS_BOUND_SUM, nt, gt, lag)
+                    W.v[:0], mode == HESS_BOUND_SUM, floor if mode == HESS_MIXED else 0.0, nt,
+                    gt, lag)
         _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
                        W.v[:0], wts, grad, hess)
 
@@ -336,11 +340,11 @@ def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
     if big:
         grid_positions_par(x, S, gt, nt, lag)
         grid_chain_par(x, A.qr[:R], tmp[0], x[:0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R],
-                       x[:0], no_cls, ncls, R < 0, exact, gt, nt, R < 0, lag)
+                       x[:0], no_cls, ncls, R < 0, exact, 0.0, gt, nt, R < 0, lag)
     else:
         grid_positions_seq(x, S, gt, lag)
         grid_chain_seq(x, A.qr[:R], tmp[0], x[:0], tmp[1], tmp[4], tmp[2], tmp[3], A.ts[:R],
-                       x[:0], no_cls, ncls, R < 0, exact, gt, R < 0, lag)
+                       x[:0], no_cls, ncls, R < 0, exact, 0.0, gt, R < 0, lag)
     for a in range(R):
         S[a] -= 1.0
         A.td[a] = -tmp[1, a]
@@ -423,10 +427,11 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
         no_lag = np.empty((0, _P))  # the positions step's rows are the whole query's
         if big:
             grid_chain_par(xr, vr, S.e[:R], xr[:0], work[0], S.bnd[:R], work[1], work[2],
-                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, nt, R >= 0, no_lag)
+                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, 0.0, gt, nt, R >= 0,
+                           no_lag)
         else:
             grid_chain_seq(xr, vr, S.e[:R], xr[:0], work[0], S.bnd[:R], work[1], work[2],
-                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, gt, R >= 0, no_lag)
+                           S.aw[:R], xr[:0], cls, C, R >= 0, R < 0, 0.0, gt, R >= 0, no_lag)
         _within_classes(R, S, cls, C, big, nt)
     else:
         _sorted_bound(R, S, big, nt)

@@ -102,7 +102,7 @@ def test_grid_sums_within_stated_bound(kind, par, vsign):
     ex["gva"] = _dense(x, va, e)["g"]
     out = {k: np.empty(n) for k in ["g", "bnd", "aa", "ab", "aw", "gva"]}
     args = (x, v, e, va, out["g"], out["bnd"], out["aa"], out["ab"], out["aw"], out["gva"],
-            cls, ncls, True, True, G.grid_tables())
+            cls, ncls, True, True, 0.0, G.grid_tables())
     if par:
         G.grid_chain_par(*args, 3, False, lag)
     else:
@@ -129,7 +129,7 @@ def test_grid_sums_without_the_exact_diagonal_are_the_same_sums(par):
     outs = []
     for need_exact in (True, False):
         out = [np.full(n, np.nan) for _ in range(6)]
-        args = (x, v, e, np.abs(e), *out[:5], out[5], cls, ncls, True, need_exact,
+        args = (x, v, e, np.abs(e), *out[:5], out[5], cls, ncls, True, need_exact, 0.0,
                 G.grid_tables())
         no_lag = np.empty((0, G._P))  # computed by the chain step
         if par:
@@ -142,6 +142,48 @@ def test_grid_sums_without_the_exact_diagonal_are_the_same_sums(par):
     assert np.isnan(aa2).all() and np.isnan(ab2).all()
     for a, b in ((g, g2), (bnd, bnd2), (aw, aw2), (gva, gva2)):
         assert np.isfinite(a).all() and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["normal", "tail", "ties"])
+@pytest.mark.parametrize("par", [False, True])
+def test_grid_bound_skipped_only_where_the_floor_cannot_bind(kind, par):
+    # hessian="mixed" takes max(h_k, floor alpha^2 bnd_k): with the floor given, a target whose
+    # sum_j w_kj (|v_j| + |v_k|) (at least its bound) times the floor is at most h_k gets
+    # bnd_k = 0, every other sum unchanged; the mixed Hessian is the same either way, up to
+    # the grid's error of the bound (max-norm relative). (All scores equal skip nothing: h_k
+    # < 0 there.)
+    rng = np.random.default_rng(20 + len(kind))
+    n, floor = 1500, 0.1
+    x = _sorted_x(kind, n, rng)
+    pos = np.empty(n)
+    lag = np.empty((n, G._P))
+    G.grid_positions_seq(x, pos, G.grid_tables(), lag)
+    gain = np.array([0.0, 1.0, 3.0, 7.0, 15.0])[rng.integers(0, 5, n)]
+    lg = np.log1p(pos)
+    v = gain * (-LN2 / ((1.0 + pos) * lg * lg)) / 40.0  # ApproxNDCG's v and e at these positions
+    e = gain * (LN2 * (2.0 + lg) / ((1.0 + pos) ** 2 * lg**3)) / 40.0
+    cls = np.empty(n, dtype=np.int64)
+    ncls = G.gain_classes(gain, np.arange(n), n, cls)
+    outs = []
+    for fl in (0.0, floor):
+        out = [np.full(n, np.nan) for _ in range(5)]  # g, bnd, aa, ab, aw
+        args = (x, v, e, x[:0], *out, x[:0], cls, ncls, True, True, fl, G.grid_tables())
+        if par:
+            G.grid_chain_par(*args, 3, False, lag)
+        else:
+            G.grid_chain_seq(*args, False, lag)
+        outs.append(out)
+    (g, bnd, aa, ab, aw), (g1, bnd1, aa1, ab1, aw1) = outs
+    for a, b in ((g, g1), (aa, aa1), (ab, ab1), (aw, aw1)):
+        assert np.isfinite(a).all() and np.array_equal(a, b)
+    skipped = bnd1 != bnd
+    relevant = gain > 0
+    assert not (skipped & ~relevant).any() and (bnd1[skipped] == 0.0).all()
+    assert 0 < skipped.sum() < relevant.sum()  # both kinds of target occur: the check can fail
+    h = aa - ab - e * aw * aw  # the exact diagonal over alpha^2
+    with_bound = np.maximum(h, floor * bnd)
+    without = np.maximum(h, floor * bnd1)
+    assert np.abs(without - with_bound).max() <= 1e-7 * np.abs(with_bound).max()
 
 
 @pytest.mark.parametrize("kind", ["equal", "ties", "tail", "normal"])
@@ -165,7 +207,7 @@ def test_grid_bound_over_v_separated_classes(kind, par):
     bound = 3 * G._EPS_K[1] * (near * (np.abs(v)[None, :] + np.abs(v)[:, None])).sum(1)
     bound += (n - 1) * ET * 2.0 * np.abs(v).max()
     out = [np.empty(n) for _ in range(5)]
-    args = (x, v, e, x[:0], *out, x[:0], cls, G._CMAX, True, False, G.grid_tables())
+    args = (x, v, e, x[:0], *out, x[:0], cls, G._CMAX, True, False, 0.0, G.grid_tables())
     if par:
         G.grid_chain_par(*args, 3, True, np.empty((0, G._P)))
     else:
