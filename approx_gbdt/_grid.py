@@ -33,8 +33,9 @@ Chebyshev nodes. For a pair of boxes at most ``D = ceil(T / _H)`` boxes apart,
 ``_P`` node weights, node weights meet target nodes through a ``_P x _P`` kernel table per
 box offset, and every target reads its box's node values: O(n _P + B (2 D + 1) _P^2) for B
 occupied boxes. Each document's ``_P`` Lagrange values are computed once and kept (``n x _P``
-floats): the sources, the targets and the bound's pointers below read them, and the chain
-step reads those of the positions step on the same scores (the caller passes them on).
+floats): the sources, the targets and the bound's in-box prefix sums below read them, and
+the chain step reads those of the positions step on the same scores (the caller passes them
+on).
 Pairs more than D boxes apart are saturated (``|x_j - x_k| >= T``) and are counted exactly as
 in ``_pairs``: 1 in the positions for each document above, nothing in the other sums.
 
@@ -56,7 +57,8 @@ total. For a target of gain 0 (``v_k = 0``) every term of a class has one sign a
 ``|A_kG|``; the gain-0 class itself gives ``|v_k| F_{1_G0}[w](k)``. Where every ``v`` is at
 most 0 (a non-increasing discount, as ApproxNDCG's), no member of the gain-0 class is below
 ``v_k`` and the sum over all classes is ``g_k - 2 sum_G C_kG``: a target of gain 0 takes
-``|g_k|``, and ``A_kG`` is needed only where ``C_kG = A_kG``. Up to ``_CMAX`` distinct
+``|g_k|``, and ``A_kG`` is needed only where ``C_kG = A_kG``; with ``hessian="mixed"`` a
+target whose floor cannot bind skips its ``C_kG`` (``_chain_boxes``). Up to ``_CMAX`` distinct
 nonzero gains per query; otherwise (and for ApproxNDCG@k, whose ``v`` is not monotone) the
 bound stays on the exact windowed path of ``_pairs``. ApproxAP's ``v`` is coupled across the
 relevant documents and zero on the others: its bound takes the chain sums with weights
@@ -627,7 +629,7 @@ def _box_prefix(mem, mst, C, slot, lag, v):
     its box before it: the part of the bound's prefix sum ``C_kG`` in the box where the
     prefix ends (see ``_chain_boxes``). O(_P) per member, once per query for every target
     class."""
-    pre = np.empty((2, mem.shape[0], _P))
+    pre = np.empty((2, mem.shape[0] if C > 0 else 1, _P))
     for c in range(1, C + 1):
         for u in range(mst[c], mst[c + 1]):
             if u == mst[c] or slot[mem[u]] != slot[mem[u - 1]]:
@@ -668,7 +670,7 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
 
     With ``vneg``, ``need_exact`` and a ``floor`` above 0 (the caller's Hessian is
     ``max(h_k, floor alpha^2 bnd_k)`` with the exact diagonal ``h_k = alpha^2 (aa_k - ab_k -
-    e_k aw_k^2)``, ``hessian="mixed"``), a target with
+    e_k aw_k^2)``, ``hessian="mixed"``), a target of nonzero gain with
     ``floor (2 |v_k| aw_k - g_k) <= aa_k - ab_k - e_k aw_k^2`` gets ``bnd_k = 0`` without
     its class sums: ``2 |v_k| aw_k - g_k = sum_j w_kj (|v_j| + |v_k|)`` (every ``v`` at
     most 0) is at least the bound ``sum_j w_kj |v_j - v_k|``, so the floor cannot bind there

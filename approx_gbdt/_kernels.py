@@ -188,8 +188,10 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
     at most ``_grid._CMAX`` gain classes, see ``_grid``), else exactly. On the grid, weights
     ``va`` (an empty array: none) also give ``W.bnd = F_va[w] - va_k F_1[w]`` (``_grid``'s
     notation), for a bound the caller completes; ``lag`` holds the Lagrange values of the
-    positions step. The exact loops sum ``"bound_sum"``'s ``w (|v_j| + |v_k|)`` into ``W.bnd``
-    with ``bsum``, else the bound's ``w |v_j - v_k|``."""
+    positions step; ``floor`` (``hessian="mixed"``'s floor, else 0) lets the grid skip the
+    bound where the floor cannot bind (``W.bnd = 0`` there, ``_grid._chain_boxes``). The
+    exact loops sum ``"bound_sum"``'s ``w (|v_j| + |v_k|)`` into ``W.bnd`` with ``bsum``, else
+    the bound's ``w |v_j - v_k|``."""
     if grid:
         cls = W.jend[:0]
         ncls = 0

@@ -176,11 +176,13 @@ def test_grid_bound_skipped_only_where_the_floor_cannot_bind(kind, par):
     (g, bnd, aa, ab, aw), (g1, bnd1, aa1, ab1, aw1) = outs
     for a, b in ((g, g1), (aa, aa1), (ab, ab1), (aw, aw1)):
         assert np.isfinite(a).all() and np.array_equal(a, b)
-    skipped = bnd1 != bnd
     relevant = gain > 0
-    assert not (skipped & ~relevant).any() and (bnd1[skipped] == 0.0).all()
-    assert 0 < skipped.sum() < relevant.sum()  # both kinds of target occur: the check can fail
     h = aa - ab - e * aw * aw  # the exact diagonal over alpha^2
+    # the rule, in the kernel's order of operations
+    skipped = relevant & (floor * (-g - 2.0 * v * aw) <= h)
+    assert (bnd1[skipped] == 0.0).all() and np.array_equal(bnd1[~skipped], bnd[~skipped])
+    assert 0 < skipped.sum() < relevant.sum()  # both kinds of target occur: the check can fail
+    assert (relevant & (floor * bnd > h)).any()  # and targets where the floor binds
     with_bound = np.maximum(h, floor * bnd)
     without = np.maximum(h, floor * bnd1)
     assert np.abs(without - with_bound).max() <= 1e-7 * np.abs(with_bound).max()
