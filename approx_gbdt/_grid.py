@@ -106,7 +106,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair, _sort_desc_short
+from approx_gbdt._pairs import _ENTRY, _STEP, _T, _sig_pair, _sort_desc_short, exact_curvature
 
 _H = 1.0
 _P = 8
@@ -740,8 +740,8 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                 bnd[r] = abs(g[r])
                 continue
             if vneg and need_exact and floor > 0.0:
-                awr = aw[r]
-                if floor * (-g[r] - 2.0 * vr * awr) <= aa[r] - ab[r] - ee[r] * awr * awr:
+                h = -exact_curvature(aa[r], ab[r], ee[r], aw[r])
+                if floor * (-g[r] - 2.0 * vr * aw[r]) <= h:
                     bnd[r] = 0.0  # the floor cannot bind (see above)
                     continue
             # vneg: sum_j w_kj |v_j - v_k| = g_k - 2 sum_G C_kG (the gain-0 class has no v_j

@@ -171,6 +171,15 @@ def bound_weights(n, W, absolute):
 
 
 @njit(inline="always", cache=True)
+def exact_curvature(aa, ab, e, aw):
+    """``d2M/ds_k^2 / alpha^2`` of a separable measure for one document from its chain sums
+    (``aa``, ``ab``, ``aw``) and ``e = d2M/dpos^2``: ``-aa + ab + e aw^2``. The exact Hessian
+    diagonal of L = -M is ``-alpha^2`` times it (:func:`finish_rows`; the grid's bound skips
+    the documents where that is above the mixed Hessian's floor, ``_grid._chain_boxes``)."""
+    return -aa + ab + e * aw * aw
+
+
+@njit(inline="always", cache=True)
 def floor_sum(v, aw, g):
     """The sum under the floor of the ``"mixed_sum"`` Hessian of a document, from its chain
     sums ``aw = sum_{j != k} w_kj`` and ``g = sum_j w_kj (v_j - v_k)``, where every ``v`` is
@@ -864,8 +873,7 @@ def finish_rows(n, W, order, alpha, mode, floor, constant, normalize, need_exact
             bound = alpha2 * bnd[r]
         exact_m = 0.0
         if need_exact:
-            aw = W.aw[r]
-            exact_m = alpha2 * (-W.aa[r] + W.ab[r] + W.e[r] * aw * aw)
+            exact_m = alpha2 * exact_curvature(W.aa[r], W.ab[r], W.e[r], W.aw[r])
             if has_off:
                 exact_m += alpha2 * off[r]
         gr = -alpha * g[r] * f
