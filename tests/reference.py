@@ -133,3 +133,21 @@ def ap_exact(scores, labels, threshold=1.0):
     r = (labels >= threshold)[np.argsort(-scores)]
     hits = np.cumsum(r)
     return float(np.sum(r * hits / np.arange(1, r.size + 1)) / r.sum())
+
+
+def random_queries(seed, *, grades, all_relevant=False, ties=False, spread=1.0):
+    """Test queries ``(scores, labels, group_ptr)`` of 1-30 documents, N(0, spread) scores
+    (with ``ties`` rounded to halves) and labels ``0..grades-1``; the fifth query has no
+    relevant document and, with ``all_relevant``, a seventh of 6 documents all of the top
+    grade."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([1, 7, 30, 12, 5, 2] + ([6] if all_relevant else []))
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    s = rng.normal(size=ptr[-1]) * spread
+    if ties:
+        s = np.round(s * 2) / 2
+    y = rng.integers(0, grades, size=ptr[-1]).astype(np.float64)
+    y[ptr[4] : ptr[5]] = 0.0
+    if all_relevant:
+        y[ptr[6] : ptr[7]] = grades - 1.0
+    return s, y, ptr

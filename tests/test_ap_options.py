@@ -8,6 +8,7 @@ by NumPy. Chord forces are not a gradient, so there is no autograd reference for
 
 from __future__ import annotations
 
+import functools
 import pickle
 
 import lightgbm as lgb
@@ -16,20 +17,10 @@ import pytest
 import torch
 
 from approx_gbdt import ApproxAP, make_ranking_splits, metrics
+from tests.reference import random_queries
 
-
-def queries(seed, *, spread=1.0, ties=False):
-    """Queries of 1-30 documents: one without a relevant document, one all relevant."""
-    rng = np.random.default_rng(seed)
-    sizes = np.array([1, 7, 30, 12, 5, 2, 6])
-    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    s = rng.normal(size=ptr[-1]) * spread
-    if ties:
-        s = np.round(s * 2) / 2
-    y = rng.integers(0, 3, size=ptr[-1]).astype(np.float64)
-    y[ptr[4]:ptr[5]] = 0.0
-    y[ptr[6]:ptr[7]] = 2.0
-    return s, y, ptr
+# queries of 1-30 documents: one without a relevant document, one all relevant
+queries = functools.partial(random_queries, grades=3, all_relevant=True)
 
 
 def dense_chord(s, y, ptr, *, alpha, beta, threshold=1.0):

@@ -9,6 +9,7 @@ forces (which are not a gradient) by a plain NumPy double loop.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import lightgbm as lgb
@@ -17,22 +18,18 @@ import pytest
 import torch
 
 from approx_gbdt import ApproxNDCG, gumbel_perturbed, make_ranking_splits, metrics
-from tests.reference import autograd_reference, lambdaloss_weights, pair_logistic_reference
+from tests.reference import (
+    autograd_reference,
+    lambdaloss_weights,
+    pair_logistic_reference,
+    random_queries,
+)
 
 RTOL = 1e-6
 
 
-def queries(seed, *, ties=False, spread=1.0):
-    """Random queries of 1-30 documents, one of them with no relevant document."""
-    rng = np.random.default_rng(seed)
-    sizes = np.array([1, 7, 30, 12, 5, 2])
-    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    s = rng.normal(size=ptr[-1]) * spread
-    if ties:
-        s = np.round(s * 2) / 2
-    y = rng.integers(0, 5, size=ptr[-1]).astype(np.float64)
-    y[ptr[4] : ptr[5]] = 0.0
-    return s, y, ptr
+# random queries of 1-30 documents, one of them with no relevant document
+queries = functools.partial(random_queries, grades=5)
 
 
 def torch_label_aware_ndcg(s, y, *, alpha, k=None, beta=10.0):
