@@ -535,6 +535,12 @@ CB_GRIDS = {
     "small": [{"l2": 0.0}, {"l2": 1.0}, {"l2": 3.0}, {"l2": 10.0}],
     "none": [{"l2": 3.0}],
 }
+# "shape": the small grid at two tree shapes, 8 configurations for every tree learner: the
+# protocol's trees (depth None: LightGBM NUM_LEAVES leaves, XGBoost and CatBoost MAX_DEPTH) and
+# trees of depth SHALLOW_DEPTH (LightGBM max_depth SHALLOW_DEPTH with 2^SHALLOW_DEPTH leaves).
+SHALLOW_DEPTH = 4
+GRIDS["shape"] = [{**g, "depth": d} for d in (None, SHALLOW_DEPTH) for g in GRIDS["small"]]
+CB_GRIDS["shape"] = [{**g, "depth": d} for d in (None, SHALLOW_DEPTH) for g in CB_GRIDS["small"]]
 # NeuralRanker: the same number of configurations, over its own knobs (batch_queries None:
 # NeuralRanker's default, min(128, ceil(training queries / 8))).
 NN_GRIDS = {
@@ -546,6 +552,7 @@ NN_GRIDS = {
     ],
     "none": [{"lr": 0.005, "batch_queries": None}],
 }
+NN_GRIDS["shape"] = NN_GRIDS["small"]  # no tree shape to vary
 
 
 # AdaRank: cut-off of the training measure (whole list or @10) x RankLib's rule that a feature
@@ -570,6 +577,8 @@ RB_GRIDS = {
     ],
     "none": [{"n_thresholds": None, "learning_rate": 1.0}],
 }
+ADA_GRIDS["shape"] = ADA_GRIDS["small"]  # linear models: no tree shape to vary
+RB_GRIDS["shape"] = RB_GRIDS["small"]
 
 
 def grid_for(method: Method, grid: str) -> list[dict]:
@@ -583,9 +592,10 @@ def config_label(method: Method, config: dict) -> str:
         return ",".join(f"{k}={v}" for k, v in config.items())
     if method.library == "nn":
         return f"lr={config['lr']:g},bq={config['batch_queries'] or 'auto'}"
+    depth = f",depth={config['depth']}" if config.get("depth") else ""
     if method.library == "cb":
-        return f"l2={config['l2']:g}"
-    return f"l2={config['l2']:g},mh={config['min_hess']:g}"
+        return f"l2={config['l2']:g}{depth}"
+    return f"l2={config['l2']:g},mh={config['min_hess']:g}{depth}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,6 +682,8 @@ def _fit_lgb(method, fold, seed, config, budget):
         "force_col_wise": True,
         "verbosity": -1,
     }
+    if config.get("depth"):
+        params.update(max_depth=config["depth"], num_leaves=2 ** config["depth"])
     params.update(other)
     fit = fit_ranker("lightgbm", objective, fold.train, fold.vali, params=params,
                      num_boost_round=budget.rounds, early_stopping_rounds=budget.patience,
@@ -712,6 +724,8 @@ def _fit_xgb(method, fold, seed, config, budget, cache):
         "disable_default_eval_metric": 1,
         "verbosity": 0,
     }
+    if config.get("depth"):
+        params["max_depth"] = config["depth"]
     objective = (
         make_objective(method.objective, obj_opts, seed) if method.objective in APPROX
         else method.objective
@@ -775,6 +789,8 @@ def _fit_cb(method, fold, seed, config, budget):
         "allow_writing_files": False,
         "verbose": False,
     }
+    if config.get("depth"):
+        params["depth"] = config["depth"]
     if host is None:
         params.update(method.opts)
         t0 = time.perf_counter()

@@ -11,6 +11,9 @@ k-fold evaluation, the same protocol and the same tuning budget for every method
 - tuning (``--grid small``): 4 configurations per method, L2 on the leaf values {0, 1} x
   minimum child Hessian sum {1e-3, 1} (LightGBM ``lambda_l2``/``min_sum_hessian_in_leaf``,
   XGBoost ``lambda``/``min_child_weight``), the one with the best validation NDCG@10 kept;
+  ``--grid shape``: the same 4 points at two tree shapes, 8 configurations per tree learner
+  (the protocol's trees, and trees of depth 4: LightGBM ``max_depth`` 4 with 16 leaves,
+  XGBoost ``max_depth`` 4, CatBoost ``depth`` 4; CatBoost's 4 L2 values at both depths);
   the neural baseline gets 4 configurations too (Adam learning rate x queries per batch);
 - test: NDCG@1/3/5/10, MAP, P@10, MRR per query (relevance ``label >= 1`` for the binary
   measures); mean over the test queries with at least one relevant document, pooled over the
@@ -246,6 +249,11 @@ def target_measure(m: C.Method) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
+def shape_text(config) -> str:
+    """The tree depth of a grid point of the ``shape`` grid, for the protocol's text."""
+    return f", depth {config['depth']}" if config.get("depth") else ""
+
+
 def rivals_protocol(methods, grid) -> str:
     """The protocol sentence of the AdaRank / RankBoost rows (empty without them)."""
     libs = {m.library for m in methods} & set(DETERMINISTIC)
@@ -314,10 +322,14 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "seed is the learner's seed). Tuning grid "
         f"'{args.grid}' ({len(C.GRIDS[args.grid])} configuration(s) per method, chosen per fold "
         "and seed on the validation NDCG@10): "
-        + "; ".join(f"L2={g['l2']:g}, min child Hessian={g['min_hess']:g}"
+        + "; ".join(f"L2={g['l2']:g}, min child Hessian={g['min_hess']:g}{shape_text(g)}"
                     for g in C.GRIDS[args.grid])
-        + " (LightGBM lambda_l2 / min_sum_hessian_in_leaf, XGBoost lambda / min_child_weight); "
-        "CatBoost: " + "; ".join(f"l2_leaf_reg={g['l2']:g}" for g in C.CB_GRIDS[args.grid])
+        + " (LightGBM lambda_l2 / min_sum_hessian_in_leaf, XGBoost lambda / min_child_weight"
+        + (f"; depth {C.SHALLOW_DEPTH}: LightGBM max_depth {C.SHALLOW_DEPTH} with "
+           f"{2 ** C.SHALLOW_DEPTH} leaves, XGBoost max_depth {C.SHALLOW_DEPTH}, CatBoost depth "
+           f"{C.SHALLOW_DEPTH}" if args.grid == "shape" else "")
+        + "); CatBoost: " + "; ".join(f"l2_leaf_reg={g['l2']:g}{shape_text(g)}"
+                                 for g in C.CB_GRIDS[args.grid])
         + " (CatBoost's defaults otherwise: MVS bootstrap of 0.8, random_strength 1, each "
         f"loss's own leaf estimation; rsm {C.COLSAMPLE}; the approx objectives, `cb:approx_*`, "
         "through approx_gbdt.catboost_host.CatBoostObjective: plain boosting, one Newton step "

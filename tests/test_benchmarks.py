@@ -73,6 +73,58 @@ def test_rival_methods_parse_and_have_four_point_grids():
         C.parse_method("rb:ndcg")
 
 
+def test_shape_grid_adds_shallow_trees_for_the_tree_learners(monkeypatch):
+    C = _load_common()
+    for name in ("lgb:lambdarank", "xgb:rank:ndcg", "cb:QuerySoftMax"):
+        m = C.parse_method(name)
+        small, shape = C.grid_for(m, "small"), C.grid_for(m, "shape")
+        assert len(shape) == 2 * len(small)
+        assert [{k: v for k, v in g.items() if k != "depth"} for g in shape] == small * 2
+        assert [g["depth"] for g in shape] == [None] * 4 + [C.SHALLOW_DEPTH] * 4
+        labels = [C.config_label(m, g) for g in shape]
+        assert len(set(labels)) == 8 and labels[:4] == [C.config_label(m, g) for g in small]
+    for name in ("nn:approx_ndcg", "ada:ndcg", "rb:rankboost"):  # no trees: the small grid
+        m = C.parse_method(name)
+        assert C.grid_for(m, "shape") == C.grid_for(m, "small")
+
+    # the depth reaches each host's parameters (and a method's own options still win)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_fit(backend, objective, train, valid, *, params, **kwargs):
+        seen.append((backend, params))
+        raise Stop
+
+    monkeypatch.setattr(C, "fit_ranker", fake_fit)
+    fold = C.load_folds("generated", 1)[0]
+    shallow = {"l2": 0.0, "min_hess": 1e-3, "depth": C.SHALLOW_DEPTH}
+    for name in ("lgb:lambdarank", "xgb:rank:ndcg", "lgb:lambdarank(num_leaves=7)"):
+        with pytest.raises(Stop):
+            C.fit_predict(C.parse_method(name), fold, 0, shallow, C.Budget(), {})
+    with pytest.raises(Stop):
+        C.fit_predict(C.parse_method("lgb:lambdarank"), fold, 0, C.GRIDS["small"][0],
+                      C.Budget(), {})
+    (_, lgb), (_, xgb), (_, own), (_, default) = seen
+    assert (lgb["max_depth"], lgb["num_leaves"]) == (C.SHALLOW_DEPTH, 2 ** C.SHALLOW_DEPTH)
+    assert xgb["max_depth"] == C.SHALLOW_DEPTH
+    assert own["num_leaves"] == 7
+    assert "max_depth" not in default and default["num_leaves"] == C.NUM_LEAVES
+
+    catboost = pytest.importorskip("catboost")
+
+    def fake_ranker(**params):
+        seen.append(("catboost", params))
+        raise Stop
+
+    monkeypatch.setattr(catboost, "CatBoostRanker", fake_ranker)
+    with pytest.raises(Stop):
+        C.fit_predict(C.parse_method("cb:QuerySoftMax"), fold, 0,
+                      {"l2": 3.0, "depth": C.SHALLOW_DEPTH}, C.Budget(), {})
+    assert seen[-1][1]["depth"] == C.SHALLOW_DEPTH
+
+
 def test_objective_options_follow_the_package_defaults():
     import approx_gbdt
 
