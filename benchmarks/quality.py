@@ -14,7 +14,8 @@ k-fold evaluation, the same protocol and the same tuning budget for every method
   ``--grid shape``: the same 4 points at two tree shapes, 8 configurations per tree learner
   (the protocol's trees, and trees of depth 4: LightGBM ``max_depth`` 4 with 16 leaves,
   XGBoost ``max_depth`` 4, CatBoost ``depth`` 4; CatBoost's 4 L2 values at both depths);
-  the neural baseline gets 4 configurations too (Adam learning rate x queries per batch);
+  the neural baseline gets 4 configurations with either grid (Adam learning rate x queries
+  per batch);
 - test: NDCG@1/3/5/10, MAP, P@10, MRR per query (relevance ``label >= 1`` for the binary
   measures); mean over the test queries with at least one relevant document, pooled over the
   folds, of the per-query values averaged over the seeds.
@@ -116,7 +117,8 @@ def parse_args(argv):
     p.add_argument("--folds", type=int, default=None, help="use only the first N folds")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     p.add_argument("--grid", choices=sorted(C.GRIDS), default="small",
-                   help="tuning grid, the same for every method (default small: 4 configs)")
+                   help="tuning grid, the same for every method (default small: 4 configs; "
+                        "shape: 8 for the tree learners, the small grid at two tree shapes)")
     p.add_argument("--methods", nargs="+", default=["default"],
                    help="method names (see benchmarks/_common.py); 'default' expands to the "
                         "default list; e.g. default 'lgb:approx_ndcg(alpha=20,hessian=bound)' "
@@ -268,8 +270,9 @@ def rivals_protocol(methods, grid) -> str:
                                                for g in C.RB_GRIDS[grid]))
     return (
         "AdaRank and RankBoost (linear in the features) boost up to the same maximum number of "
-        "rounds with the same patience on the validation NDCG@10, over their own grids of the "
-        "same size (" + "; ".join(parts) + "); they do not depend on the seed, so each is "
+        "rounds with the same patience on the validation NDCG@10, over their own grids of "
+        + ("4 points, having no trees to shape" if grid == "shape" else "the same size")
+        + " (" + "; ".join(parts) + "); they do not depend on the seed, so each is "
         "trained once per fold and that run stands for every seed. "
     )
 
@@ -320,7 +323,8 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
         "NDCG:top=10;type=Exp, then the best round by the validation NDCG@10 below), "
         f"row bagging {C.SUBSAMPLE} per round and {C.COLSAMPLE} of the features per tree (the "
         "seed is the learner's seed). Tuning grid "
-        f"'{args.grid}' ({len(C.GRIDS[args.grid])} configuration(s) per method, chosen per fold "
+        f"'{args.grid}' ({len(C.GRIDS[args.grid])} configuration(s) per "
+        f"{'tree learner' if args.grid == 'shape' else 'method'}, chosen per fold "
         "and seed on the validation NDCG@10): "
         + "; ".join(f"L2={g['l2']:g}, min child Hessian={g['min_hess']:g}{shape_text(g)}"
                     for g in C.GRIDS[args.grid])
