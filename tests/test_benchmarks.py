@@ -214,13 +214,23 @@ def test_approximation_quick_run_writes_plots(tmp_path):
         assert (tmp_path / f"approximation_generated_{name}.png").stat().st_size > 1000
 
 
-def test_lambdaloss_cost_quick_run_writes_a_table(tmp_path):
+def test_objective_cost_quick_run_writes_a_table(tmp_path):
     out = tmp_path / "cost.md"
-    subprocess.run([sys.executable, str(BENCH / "lambdaloss_cost.py"), "--total", "2000",
+    subprocess.run([sys.executable, str(BENCH / "objective_cost.py"), "--total", "2000",
                     "--lengths", "10", "100", "--repeats", "1", "--out", str(out)],
                    check=True, cwd=REPO, capture_output=True)
     text = out.read_text()
     assert "| 100 | 20 |" in text and "lambdaloss_window=30" in text
+    out = tmp_path / "ap.md"
+    subprocess.run([sys.executable, str(BENCH / "objective_cost.py"), "--total", "200",
+                    "--lengths", "10", "--repeats", "1", "--objectives", "approx_ap",
+                    "approx_ap(pair_force=chord)", "--out", str(out)],
+                   check=True, cwd=REPO, capture_output=True)
+    row = [line for line in out.read_text().splitlines() if line.startswith("| 10 |")]
+    assert len(row) == 1 and row[0].count("x)") == 1  # one ratio to the first objective
+    proc = subprocess.run([sys.executable, str(BENCH / "objective_cost.py"), "--objectives",
+                           "lambdarank"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode != 0 and "lambdarank" in proc.stderr
 
 
 def test_neural_linear_qin_writes_markdown(tmp_path):
