@@ -38,6 +38,13 @@ and the pair terms over each document's window ``alpha |s_j - s_k| <= 37`` (beyo
 ``w < e^-37``), with ``e^{alpha (s_j - s_k)}`` from one exponential per document and per row
 (the exp blocks of ``_pairs._windows``): O(n log n + n W + R^2) time and O(n) memory per
 query, parallel over queries.
+
+``ApproxAP(graded=True)`` averages these forces over ``T`` nested relevance levels (a
+document relevant at a level is relevant at every lower one): one pass per query sorts and
+windows the documents once, computes ``S``, ``v`` and the pair terms of each level that has a
+pair of a relevant and an irrelevant document, finishes each level on its own (Hessian mode,
+normalisation, weights) and takes the mean; O(n log n + T (n W + R^2)) time and O(T n)
+memory per query.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from approx_gbdt._pairs import (
     argsort_desc,
     query_weights,
 )
-from approx_gbdt._reference import finish_query, trivial_query
+from approx_gbdt._reference import finish_query
 
 
 @njit(cache=True)
@@ -87,7 +94,9 @@ def _row_terms(j0, j1, f, ex, u, p, c_u, c_p, sign, gs, hs):
     to its ``hs``, and the row's sums of ``t`` and ``|t|`` are returned. ``t`` is ``1 / alpha``
     times the relevant document's ``-dM/ds`` term: a relevant row passes ``u = irr``,
     ``p = irr q``, ``(c_u, c_p) = (a_r, b_r)`` and ``sign = 1``; an irrelevant row ``u = a``,
-    ``p = b`` (0 on the irrelevant columns), ``(1, q_r)`` and ``sign = -1``."""
+    ``p = b`` (0 on the irrelevant columns), ``(1, q_r)`` and ``sign = -1``. (``w`` is
+    recomputed for each level: one division per pair, but the same rounding at every number
+    of levels.)"""
     gr = 0.0
     hr = 0.0
     for col in range(j0, j1):
@@ -103,77 +112,129 @@ def _row_terms(j0, j1, f, ex, u, p, c_u, c_p, sign, gs, hs):
 
 
 @njit(cache=True)
-def _pair_terms(s, relevant, alpha, pos, v, c, g, bnd):
-    """The chord pair terms of one query (module docstring) into ``g`` (``dM/ds``) and the
-    sums of their absolute values into ``bnd``. In sorted order (descending scores), with
-    ``q = 1 / pos^``, a relevant ``k`` and an irrelevant ``j`` have ``v_kj = a_k - b_k q_j``
-    (``a_k = v_k + c_k q_k^2``, ``b_k = c_k q_k``; both 0 on the irrelevant documents)."""
+def _pair_terms(s, m, live, alpha, pos, v, c, g, bnd):
+    """The chord pair terms of one query (module docstring) at each level ``l`` (a document
+    ``i`` is relevant at the levels ``l < m_i``; ``live[l]``: the level has a pair of a
+    relevant and an irrelevant document) into ``g[l]`` (``dM/ds``) and the sums of their
+    absolute values into ``bnd[l]``. In sorted order (descending scores), with ``q = 1 /
+    pos^``, a relevant ``k`` and an irrelevant ``j`` have ``v_kj = a_k - b_k q_j`` (``a_k = v_k
+    + c_k q_k^2``, ``b_k = c_k q_k``; both 0 on the irrelevant documents). The sort, the exp
+    blocks and the windows serve every level."""
     n = s.shape[0]
+    nl = live.shape[0]
     o = np.empty(n, dtype=np.int64)
     argsort_desc(s, o)
-    work = np.zeros((9, n))
-    x, ex, irr, irr_q, q, a, b, gs, hs = (work[0], work[1], work[2], work[3], work[4], work[5],
-                                          work[6], work[7], work[8])
+    work = np.zeros((3, n))
+    x, ex, q = work[0], work[1], work[2]
+    lev = np.zeros((6, nl, n))
+    irr, irr_q, a, b, gs, hs = lev[0], lev[1], lev[2], lev[3], lev[4], lev[5]
     ends = np.empty((2, n), dtype=np.int64)
+    gr = np.empty(nl)
+    hr = np.empty(nl)
     top = s[o[0]]
     for r in range(n):
         i = o[r]
         x[r] = alpha * (s[i] - top)
-        irr[r] = 1.0 - relevant[i]
         qi = 1.0 / pos[i]
         q[r] = qi
-        irr_q[r] = irr[r] * qi
-        a[r] = v[i] + c[i] * qi * qi
-        b[r] = c[i] * qi
+        for lv in range(nl):
+            irr[lv, r] = 0.0 if m[i] > lv else 1.0
+            irr_q[lv, r] = irr[lv, r] * qi
+            a[lv, r] = v[lv, i] + c[lv, i] * qi * qi
+            b[lv, r] = c[lv, i] * qi
     _windows(x, ex, ends[0], ends[1])
     for r in range(n):
         jend = ends[0, r]
         if jend <= r + 1:
             continue
-        gr = 0.0
-        hr = 0.0
+        gr[:] = 0.0
+        hr[:] = 0.0
         for part in range(2):  # the row's exp block and the next (``_pairs._segment``)
             j0, j1, f = _segment(part, r, r + 1, jend, ends[1, r], x, ex)
-            if j0 < j1:
-                if irr[r] == 0.0:  # relevant row: its irrelevant columns
-                    dg, dh = _row_terms(j0, j1, f, ex, irr, irr_q, a[r], b[r], 1.0, gs, hs)
-                    gr -= dg
+            if j0 >= j1:
+                continue
+            for lv in range(nl):
+                if not live[lv]:
+                    continue
+                if irr[lv, r] == 0.0:  # relevant row: its irrelevant columns
+                    dg, dh = _row_terms(j0, j1, f, ex, irr[lv], irr_q[lv], a[lv, r], b[lv, r],
+                                        1.0, gs[lv], hs[lv])
+                    gr[lv] -= dg
                 else:  # irrelevant row: its relevant columns
-                    dg, dh = _row_terms(j0, j1, f, ex, a, b, 1.0, q[r], -1.0, gs, hs)
-                    gr += dg
-                hr += dh
-        gs[r] += gr
-        hs[r] += hr
-    for r in range(n):
-        g[o[r]] = alpha * gs[r]
-        bnd[o[r]] = alpha * hs[r]
+                    dg, dh = _row_terms(j0, j1, f, ex, a[lv], b[lv], 1.0, q[r], -1.0, gs[lv],
+                                        hs[lv])
+                    gr[lv] += dg
+                hr[lv] += dh
+        for lv in range(nl):
+            gs[lv, r] += gr[lv]
+            hs[lv, r] += hr[lv]
+    for lv in range(nl):
+        for r in range(n):
+            g[lv, o[r]] = alpha * gs[lv, r]
+            bnd[lv, o[r]] = alpha * hs[lv, r]
 
 
 @njit(parallel=True, cache=True)
 def ap_chord_grad_hess(s, pos, rel_idx, rel_ptr, inv_r, group_ptr, weights, alpha, beta, mode,
                        floor, constant, normalize, grad, hess):
     """Gradient and Hessian of ``L = -sum_q ApproxAP_q`` with chord pair forces (module
-    docstring), at the smoothed positions ``pos`` of ``s``; the other arguments as
+    docstring), at the smoothed positions ``pos`` of ``s``, averaged over ``T`` relevance
+    levels (``ApproxAP(graded=True)``; ``T = 1`` otherwise): level ``l``'s relevant documents
+    of query ``q`` are ``rel_idx[rel_ptr[l, q]:rel_ptr[l, q + 1]]`` (query offsets) and
+    ``inv_r[l, q]`` is 1 over their number (0 for none); the levels nest (a document relevant
+    at a level is relevant at every lower one). Each level's gradient and Hessian are finished
+    (Hessian mode, normalisation, weights) on their own, then averaged; a level without a pair
+    of a relevant and an irrelevant document adds 0. The other arguments as
     ``_kernels.grad_hess``'s for ApproxAP (``mode`` the bound's or the constant's)."""
     alpha2 = alpha * alpha
+    nl = rel_ptr.shape[0]
     for q in prange(group_ptr.shape[0] - 1):
         a = group_ptr[q]
         b = group_ptr[q + 1]
         n = b - a
-        rel = rel_idx[rel_ptr[q]:rel_ptr[q + 1]]
-        # no pair of a relevant and an irrelevant document (none relevant, or all): no term
-        if trivial_query(inv_r[q] if rel.shape[0] < n else 0.0, a, b, grad, hess):
-            continue
-        work = np.zeros((4, n))
-        relevant, v, c, bnd = work[0], work[1], work[2], work[3]
-        for i in range(rel.shape[0]):
-            relevant[rel[i]] = 1.0
-        pq = pos[a:b]
-        _relevant_terms(pq, rel, inv_r[q], beta, v, c)
         gq = grad[a:b]
         hq = hess[a:b]
-        _pair_terms(s[a:b], relevant, alpha, pq, v, c, gq, bnd)
-        for i in range(n):
-            gq[i] = -gq[i]
-            hq[i] = _hessian_of_loss(mode, floor, constant, alpha2, 0.0, alpha * bnd[i])
-        finish_query(gq, hq, query_weights(weights, a, b), normalize)
+        gq[:] = 0.0
+        hq[:] = 0.0
+        if n < 2:
+            continue
+        # no pair of a relevant and an irrelevant document (none relevant, or all): no term
+        live = np.zeros(nl, dtype=np.bool_)
+        m = np.zeros(n, dtype=np.int64)
+        for lv in range(nl):
+            r0 = rel_ptr[lv, q]
+            r1 = rel_ptr[lv, q + 1]
+            live[lv] = inv_r[lv, q] != 0.0 and r1 - r0 < n
+            for i in range(r0, r1):
+                m[rel_idx[i]] += 1
+        if not live.any():
+            continue
+        work = np.zeros((4, nl, n))
+        v, c, g, bnd = work[0], work[1], work[2], work[3]
+        pq = pos[a:b]
+        for lv in range(nl):
+            if live[lv]:
+                rel = rel_idx[rel_ptr[lv, q]:rel_ptr[lv, q + 1]]
+                _relevant_terms(pq, rel, inv_r[lv, q], beta, v[lv], c[lv])
+        _pair_terms(s[a:b], m, live, alpha, pq, v, c, g, bnd)
+        wq = query_weights(weights, a, b)
+        hl = np.empty(n)
+        for lv in range(nl):
+            if not live[lv]:
+                continue
+            gl = g[lv]
+            for i in range(n):
+                gl[i] = -gl[i]
+                hl[i] = _hessian_of_loss(mode, floor, constant, alpha2, 0.0, alpha * bnd[lv, i])
+            finish_query(gl, hl, wq, normalize)
+            if nl == 1:  # a copy: the binary objective's zeros keep their sign
+                gq[:] = gl
+                hq[:] = hl
+            else:
+                for i in range(n):
+                    gq[i] += gl[i]
+                    hq[i] += hl[i]
+        if nl > 1:
+            for i in range(n):
+                gq[i] /= nl
+                hq[i] /= nl

@@ -13,7 +13,8 @@ of the first.
 Usage::
 
     python benchmarks/objective_cost.py --out benchmarks/results/lambdaloss_cost.md
-    python benchmarks/objective_cost.py --objectives approx_ap 'approx_ap(pair_force=chord)'
+    python benchmarks/objective_cost.py --objectives approx_ap 'approx_ap(pair_force=chord)' \
+        'approx_ap(pair_force=chord,graded=True)' --out benchmarks/results/ap_graded_cost.md
 """
 
 from __future__ import annotations

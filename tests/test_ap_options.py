@@ -1,4 +1,5 @@
-"""ApproxAP's chord pair forces (``pair_force="chord"``) against a dense reference.
+"""ApproxAP's chord pair forces (``pair_force="chord"``) against a dense reference, and its
+mean over the relevance levels (``graded=True``) against autograd and the per-level objectives.
 
 The reference follows the formulas of ``approx_gbdt/_ap_chord.py``'s docstring with dense
 matrices: the smoothed positions and ``S`` from full sigmoid matrices, ``v = dM/dpos^`` by
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from approx_gbdt import ApproxAP, make_ranking_splits, metrics
-from tests.reference import random_queries
+from tests.reference import autograd_reference, random_queries, torch_approx_ap
 
 # queries of 1-30 documents: one without a relevant document, one all relevant
 queries = functools.partial(random_queries, grades=3, all_relevant=True)
@@ -203,3 +204,125 @@ def test_chord_forces_train_with_lightgbm():
     const = metrics.mean_over_queries(metrics.average_precision(np.zeros(test.y.size), test.y,
                                                                 test.group_ptr))
     assert trained > const + 0.05
+
+
+# -- graded=True: the mean of ApproxAP over the relevance levels ---------------------------------
+def torch_graded_ap(s, y, *, alpha, beta, levels):
+    """The mean over ``levels`` of ApproxAP at each level as its threshold (0 where a query has
+    no label that high)."""
+    return sum(torch_approx_ap(s, y, alpha=alpha, beta=beta, threshold=t) for t in levels) / len(
+        levels)
+
+
+def graded_queries(seed, **kw):
+    """Labels 0-3: every level present, and one more query of labels ``0, 1, 1, 0, 2``, with
+    pairs at the levels 1 and 2 but no label of 3."""
+    s, y, ptr = random_queries(seed, grades=4, all_relevant=True, **kw)
+    assert set(np.unique(y)) == {0.0, 1.0, 2.0, 3.0}
+    extra = np.random.default_rng(seed).normal(size=5)
+    return (np.concatenate([s, extra]), np.concatenate([y, [0.0, 1.0, 1.0, 0.0, 2.0]]),
+            np.concatenate([ptr, [ptr[-1] + 5]]))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_graded_against_autograd(ties):
+    """Tangent forces, no normalisation: the gradient, and the exact Hessian diagonal, of the
+    mean over the levels 1, 2 and 3."""
+    s, y, ptr = graded_queries(6, ties=ties)
+    obj = ApproxAP(alpha=3.0, beta=0.7, graded=True, normalize=False)
+    values, g_ref, h_ref = autograd_reference(torch_graded_ap, s, y, ptr, alpha=3.0, beta=0.7,
+                                              levels=(1.0, 2.0, 3.0))
+    g, h = obj.grad_hess(s, y, ptr, hessian="exact")
+    close(g, g_ref)
+    close(h, h_ref)
+    np.testing.assert_allclose(obj.value(s, y, ptr), values, rtol=1e-9, atol=1e-12)
+    # the last query has no label of 3: a level of value 0 in its mean, and a gradient
+    assert np.abs(g_ref[ptr[-2]:]).max() > 0 and values[-1] > 0
+    assert values[-1] < torch_graded_ap(torch.tensor(s[ptr[-2]:]), torch.tensor(y[ptr[-2]:]),
+                                        alpha=3.0, beta=0.7, levels=(1.0, 2.0)).item()
+
+
+@pytest.mark.parametrize("pair_force", ["tangent", "chord"])
+def test_graded_is_the_mean_of_the_normalised_levels(pair_force):
+    """With the per-query normalisation and document weights: the mean over the levels of the
+    binary objectives, each normalised (and weighted) by itself; the chord forces against the
+    dense reference of each level."""
+    s, y, ptr = graded_queries(7)
+    w = np.random.default_rng(8).uniform(0.5, 2.0, s.size)
+    g, h = ApproxAP(graded=True, pair_force=pair_force).grad_hess(s, y, ptr, w)
+    parts = [ApproxAP(threshold=t, pair_force=pair_force).grad_hess(s, y, ptr, w)
+             for t in (1.0, 2.0, 3.0)]
+    close(g, sum(p[0] for p in parts) / 3)
+    close(h, sum(p[1] for p in parts) / 3)
+    if pair_force == "chord":
+        obj = ApproxAP(alpha=2.0, beta=0.7, pair_force="chord", graded=True, normalize=False)
+        g, h = obj.grad_hess(s, y, ptr)
+        refs = [dense_chord(s, y, ptr, alpha=2.0, beta=0.7, threshold=t) for t in (1.0, 2.0, 3.0)]
+        close(g, sum(r[0] for r in refs) / 3)
+        close(h, sum(r[1] for r in refs) / 3)
+
+
+def test_graded_levels_start_at_the_threshold_and_skip_absent_labels():
+    """Labels 0, 2 and 5 with threshold 2: the levels are 2 and 5 (not 3 or 4); with one
+    level (binary labels, or every label above the threshold equal) it is the binary
+    objective."""
+    s, y, ptr = graded_queries(9)
+    y = np.array([0.0, 0.0, 2.0, 5.0])[y.astype(int)]
+    g, h = ApproxAP(graded=True, threshold=2.0).grad_hess(s, y, ptr)
+    parts = [ApproxAP(threshold=t).grad_hess(s, y, ptr) for t in (2.0, 5.0)]
+    close(g, (parts[0][0] + parts[1][0]) / 2)
+    close(h, (parts[0][1] + parts[1][1]) / 2)
+    binary = (y >= 2.0).astype(np.float64)
+    for labels in (binary, 3.0 * binary):
+        for pf in ("tangent", "chord"):
+            got = ApproxAP(graded=True, pair_force=pf).grad_hess(s, labels, ptr)
+            want = ApproxAP(pair_force=pf).grad_hess(s, labels, ptr)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_graded_levels_of_unusual_labels():
+    """Non-integer labels are levels of their own; a threshold above every label leaves one
+    empty level (zeros, as the binary objective)."""
+    s, y, ptr = graded_queries(11)
+    y = y * 0.75 + np.where(y == 3.0, 0.1, 0.0)  # 0, 0.75, 1.5, 2.35
+    g, _ = ApproxAP(graded=True, threshold=0.5, pair_force="chord").grad_hess(s, y, ptr)
+    parts = [ApproxAP(threshold=t, pair_force="chord").grad_hess(s, y, ptr)[0]
+             for t in (0.75, 1.5, 2.35)]
+    close(g, sum(parts) / 3)
+    for pf in ("tangent", "chord"):
+        g, h = ApproxAP(graded=True, threshold=5.0, pair_force=pf).grad_hess(s, y, ptr)
+        assert not g.any() and not h.any()
+
+
+def test_graded_saturation_warns_for_a_misordered_grade():
+    """Labels 1, 2, 2 ranked 1 first with saturated sigmoids: no level-1 pair is misordered,
+    but level 2 is (the binary objective at threshold 2 warns too)."""
+    s, y, ptr = np.array([100.0, 0.0, -100.0]), np.array([1.0, 2.0, 2.0]), np.array([0, 3])
+    with pytest.warns(RuntimeWarning, match="saturate"):
+        g, _ = ApproxAP(alpha=50.0, graded=True).grad_hess(s, y, ptr)
+    assert not g.any()
+
+
+def test_graded_options():
+    obj = ApproxAP(pair_force="chord", graded=True)
+    assert obj.get_params()["graded"] is True
+    assert "graded=True" in repr(obj) and "graded" not in repr(ApproxAP())
+    assert obj.replace(beta=1.0).graded
+    assert pickle.loads(pickle.dumps(obj)).get_params() == obj.get_params()
+    for bad in ("yes", 1, None):
+        with pytest.raises(TypeError, match="graded"):
+            ApproxAP(graded=bad)
+    s, y, ptr = graded_queries(10)
+    with pytest.raises(NotImplementedError):
+        obj.replace(pair_force="tangent")._reference_grad_hess(s, y, ptr)
+    # one objective, two datasets of different levels through the host call (LGBMRanker's
+    # signature; the prepared levels are cached per dataset): each keeps its own levels
+    sizes = np.diff(ptr)
+    want = obj.grad_hess(s, y, ptr)[0]
+    binary = np.minimum(y, 1.0)
+    np.testing.assert_array_equal(obj(y, s, None, sizes)[0], want)
+    np.testing.assert_array_equal(obj(binary, s, None, sizes)[0],
+                                  ApproxAP(pair_force="chord").grad_hess(s, binary, ptr)[0])
+    np.testing.assert_array_equal(obj(y, s, None, sizes)[0], want)
+    assert obj.cached_datasets == 2

@@ -224,7 +224,7 @@ def test_objective_cost_quick_run_writes_a_table(tmp_path):
     out = tmp_path / "ap.md"
     subprocess.run([sys.executable, str(BENCH / "objective_cost.py"), "--total", "200",
                     "--lengths", "10", "--repeats", "1", "--objectives", "approx_ap",
-                    "approx_ap(pair_force=chord)", "--out", str(out)],
+                    "approx_ap(pair_force=chord,graded=True)", "--out", str(out)],
                    check=True, cwd=REPO, capture_output=True)
     row = [line for line in out.read_text().splitlines() if line.startswith("| 10 |")]
     assert len(row) == 1 and row[0].count("x)") == 1  # one ratio to the first objective
