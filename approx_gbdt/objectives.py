@@ -392,10 +392,18 @@ class _ApproxObjective:
         raise NotImplementedError
 
     def _value(self, s, prep):
-        a = prep.arrays
+        return self._kernel_value(s, prep, prep.arrays)
+
+    def _kernel_value(self, s, prep, a):
+        """The fast kernels' per-query values with the measure's arrays ``a``."""
         kind, k, beta, theta = self._term_args()
         return K.value(s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"], prep.group_ptr,
                        self.alpha, kind, k, beta, theta)
+
+    def _relevance(self, prep):
+        """Per-document relevance whose order the measure rewards (the saturation warning's
+        notion of a misordered query): the gains."""
+        return prep.arrays["gains"]
 
     def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         grad, hess = self._kernel_grad_hess(s, prep, prep.arrays, weights, hessian, n_threads)
@@ -575,13 +583,7 @@ def warn_if_saturated(obj, scores, prep, grad, weights):
     if grad.any() or getattr(obj, "_k", 0) or (weights.size and not weights.any()):
         return
     a = prep.arrays
-    y = prep.labels
-    if a["gains"] is not None:
-        relevance = a["gains"]
-    elif getattr(obj, "graded", False):  # every level: the grades at or above the threshold
-        relevance = np.where(y >= obj.threshold, y - obj.threshold + 1.0, 0.0)
-    else:
-        relevance = (y >= obj.threshold).astype(np.float64)
+    relevance = obj._relevance(prep)
     active = np.repeat((a["inv_z"] > 0) & (np.diff(prep.group_ptr) > 1), np.diff(prep.group_ptr))
     bad = misordered_queries(scores, np.where(active, relevance, 0.0), prep.group_ptr)
     if bad:
@@ -960,17 +962,17 @@ class ApproxAP(_ApproxObjective):
 
     def _levels(self, prep):
         """The arrays of each relevance level (one, the threshold's, unless ``graded``)."""
-        return prep.arrays["levels"] if self.graded else (prep.arrays,)
+        return self._levels_of(prep.arrays)
+
+    def _levels_of(self, arrays):
+        return arrays["levels"] if self.graded else (arrays,)
 
     def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         if hessian is not None:
             self._check_chord_hessian(hessian)
         levels = self._levels(prep)
         if self.pair_force == "chord":  # every level in one pass over the pairs
-            stacked = prep.arrays.get("stacked")
-            if stacked is None:
-                stacked = prep.arrays["stacked"] = _stacked_levels(levels)
-            rel_idx, rel_ptr, inv_r = stacked
+            rel_idx, rel_ptr, inv_r = prep.arrays["stacked"]
             grad = np.empty_like(s)
             hess = np.empty_like(s)
             pos = np.empty_like(s)
@@ -998,12 +1000,13 @@ class ApproxAP(_ApproxObjective):
 
     def _value(self, s, prep):
         levels = self._levels(prep)
-        kind, k, beta, theta = self._term_args()
-        total = 0.0
-        for a in levels:
-            total = total + K.value(s, a["gains"], a["inv_z"], a["rel_idx"], a["rel_ptr"],
-                                    prep.group_ptr, self.alpha, kind, k, beta, theta)
-        return total / len(levels)
+        return sum(self._kernel_value(s, prep, a) for a in levels) / len(levels)
+
+    def _relevance(self, prep):
+        y = prep.labels
+        if self.graded:  # every level: the grades at or above the threshold
+            return np.where(y >= self.threshold, y - self.threshold + 1.0, 0.0)
+        return (y >= self.threshold).astype(np.float64)
 
     def _reference_value(self, scores, labels, group_ptr):
         if self.graded:
@@ -1014,7 +1017,7 @@ class ApproxAP(_ApproxObjective):
         return self.pair_force == "tangent" and not self.graded
 
     def _prep_key(self):
-        return ("ap", self.threshold, self.graded)
+        return ("ap", self.threshold, self.graded, self.pair_force)
 
     def _term_args(self):
         return K.KIND_AP, 0, self.beta, 0.0
@@ -1027,6 +1030,8 @@ class ApproxAP(_ApproxObjective):
                 tuple(self._relevant_arrays(labels >= v, group_ptr) for v in values)
                 if values.size > 1 else (arrays,)
             )
+        if self.pair_force == "chord":
+            arrays["stacked"] = _stacked_levels(self._levels_of(arrays))
         return arrays
 
     @staticmethod
