@@ -19,8 +19,8 @@ off-diagonal part (``_measure_terms``). The loops here never look at the measure
 gradient and the Hessian approximation of ``L = -M``.
 
 Each query is sorted by score, descending, from the previous order (an insertion sort; beyond
-8 n + 64 moves, runs of 64 and merges in the long tiers, ``_resort_desc``, and a merge sort
-afresh in the short tier, ``_sort_desc_short``). With
+8 n + 64 moves, a radix sort of the order as it stands in the long tiers, ``_resort_desc``, and
+a merge sort afresh in the short tier, ``_sort_desc_short``). With
 x_r = alpha (s_(r) - s_(0)) non-increasing, a pair r < j has e_rj = exp(x_j - x_r) in (0, 1]
 and
 
@@ -191,7 +191,9 @@ def floor_sum(v, aw, g):
 
 
 
-_RUN = 64  # documents per run that _resort_desc sorts by insertion before merging runs
+_RADIX_MIN = 2048  # argsort_desc: a merge sort below this many documents, a radix sort from it
+_SIGN = np.uint64(1) << np.uint64(63)
+_BYTE = np.uint64(255)
 
 
 @njit(inline="always", cache=True)
@@ -220,49 +222,55 @@ def _insertion(s, order, lo, hi, by_index, cap):
 
 
 @njit(cache=True, **_STEP)
-def _merge(s, order, lo, mid, hi, buf, by_index):
-    """Merge the sorted neighbours ``order[lo:mid]`` and ``order[mid:hi]`` in place (stable),
-    touching only their overlap: the left head that the right's first does not go before and
-    the right tail that does not go before the left's last stay where they are (binary
-    searches). Returns the buffer, allocated (``order.shape[0]`` entries) when ``buf`` is
-    empty and needed."""
-    if mid <= lo or hi <= mid:
-        return buf
-    first = order[mid]
-    last = order[mid - 1]
-    if not _before(s, first, last, by_index):
-        return buf  # in order already
-    a, b = lo, mid - 1  # the first left entry that the right's first goes before
-    while a < b:
-        c = (a + b) // 2
-        if _before(s, first, order[c], by_index):
-            b = c
-        else:
-            a = c + 1
-    i0 = a
-    a, b = mid + 1, hi  # the first right entry that does not go before the left's last
-    while a < b:
-        c = (a + b) // 2
-        if _before(s, order[c], last, by_index):
-            a = c + 1
-        else:
-            b = c
-    j1 = a
-    m = mid - i0
-    if buf.shape[0] == 0:
-        buf = np.empty(order.shape[0], dtype=order.dtype)
-    for t in range(m):
-        buf[t] = order[i0 + t]
-    i, j, o = 0, mid, i0
-    while i < m:  # once the left part is placed, the right's rest is in place
-        if j < j1 and _before(s, order[j], buf[i], by_index):
-            order[o] = order[j]
-            j += 1
-        else:
-            order[o] = buf[i]
-            i += 1
-        o += 1
-    return buf
+def _radix_desc(s, order):
+    """Stable sort of ``order`` (indices into ``s``) by descending ``s``: ties keep their order
+    in ``order``. A least-significant-digit radix sort on the bits of ``s`` (8 passes of one
+    byte, a pass skipped where every key has the same byte): O(n) with no comparisons, and no
+    reads of ``s`` through ``order`` after the first pass, which costs a comparison sort of a
+    long query most of its time. The key of a float is its bit pattern made monotone: for
+    ``s >= 0`` (``-0.0`` counts as ``0.0``) the bits with the sign bit cleared and the rest
+    inverted, for ``s < 0`` the bits as they are, so that a larger ``s`` gets a smaller
+    unsigned key (finite ``s``)."""
+    n = order.shape[0]
+    if n < 2:
+        return
+    keys = np.empty(n)
+    for i in range(n):
+        keys[i] = s[order[i]] + 0.0  # -0.0 + 0.0 = 0.0
+    ku = keys.view(np.uint64)
+    count = np.zeros((8, 256), dtype=np.int64)
+    for i in range(n):
+        b = ku[i]
+        k = b if b & _SIGN else ~b & ~_SIGN
+        ku[i] = k
+        for p in range(8):
+            count[p, (k >> np.uint64(8 * p)) & _BYTE] += 1
+    src_k, dst_k = ku, np.empty(n, dtype=np.uint64)
+    src_o, dst_o = order, np.empty_like(order)
+    moved = False
+    for p in range(8):
+        c = count[p]
+        shift = np.uint64(8 * p)
+        if c[(src_k[0] >> shift) & _BYTE] == n:
+            continue  # every key has this byte: the pass would not move anything
+        total = 0
+        for d in range(256):
+            t = c[d]
+            c[d] = total
+            total += t
+        for i in range(n):
+            k = src_k[i]
+            d = (k >> shift) & _BYTE
+            j = c[d]
+            c[d] = j + 1
+            dst_k[j] = k
+            dst_o[j] = src_o[i]
+        src_k, dst_k = dst_k, src_k
+        src_o, dst_o = dst_o, src_o
+        moved = not moved
+    if moved:  # the result is in the buffer
+        for i in range(n):
+            order[i] = src_o[i]
 
 
 @njit(inline="always", cache=True)
@@ -271,28 +279,23 @@ def _resort_desc(s, order, by_index):
     unset order, ``order[0] < 0``, starts from the identity); stable: ties keep their last
     order, or, with the constant ``by_index``, go in index order. An insertion sort while it
     has made at most ``8 n + 64`` moves (O(n + moves): most boosting iterations move few
-    documents far); beyond that the rest is sorted in runs of ``_RUN`` by insertion and
-    bottom-up merges (:func:`_merge`, which touch only the overlap of two runs), and merged
-    with the sorted head: O(n log n) at worst."""
+    documents far); beyond that a sort afresh: :func:`_radix_desc` of the order as it stands
+    (ties keep it: the insertion sort moved no tie past another), or :func:`argsort_desc`
+    with ``by_index``."""
     n = s.shape[0]
     if n == 0:
         return
     if order[0] < 0:
         for i in range(n):
             order[i] = i
-    start = n - n  # 0 as a run-time value (a literal compiles _insertion and _merge twice)
+    start = n - n  # 0 as a run-time value (a literal compiles _insertion twice)
     head = _insertion(s, order, start, n, by_index, 8 * n + 64)
     if head == n:
         return
-    for lo in range(head, n, _RUN):  # a run never makes more than _RUN^2 / 2 moves
-        _insertion(s, order, lo, min(lo + _RUN, n), by_index, _RUN * _RUN)
-    buf = order[:0]
-    width = _RUN
-    while width < n - head:
-        for lo in range(head, n - width, 2 * width):
-            buf = _merge(s, order, lo, lo + width, min(lo + 2 * width, n), buf, by_index)
-        width *= 2
-    _merge(s, order, start, head, n, buf, by_index)
+    if by_index:
+        argsort_desc(s, order)
+    else:
+        _radix_desc(s, order)
 
 
 @njit(cache=True, **_STEP)
@@ -308,8 +311,8 @@ def _sort_desc_short(s, order):
     short tier's queries (below ``GRID_MIN_N``, 512 documents, unless the grid is off) and
     the grid's boxes (``_grid._v_order``): an
     insertion sort (ties keep their last order) while it has made at most ``8 n + 64`` moves,
-    else :func:`argsort_desc` afresh (ties in index order; O(n log n)). It compiles in less
-    than half the time of :func:`_sort_desc`, whose runs and merges only long queries need."""
+    else :func:`argsort_desc` afresh (ties in index order; a merge sort, which on short
+    queries is faster than :func:`_sort_desc`'s radix sort)."""
     n = s.shape[0]
     if n == 0:
         return
@@ -342,11 +345,15 @@ def sort_desc_by_index(s, order):
 @njit(cache=True, **_STEP)
 def argsort_desc(s, out):
     """Fill ``out`` with the indices of ``s`` by descending value, ties in index order (a
-    stable bottom-up merge sort, O(n log n); the same order as
-    ``np.argsort(-s, kind="stable")`` for finite ``s``, at a fraction of its compile time)."""
+    stable bottom-up merge sort, O(n log n), below ``_RADIX_MIN`` documents, and
+    :func:`_radix_desc` from there; the same order as ``np.argsort(-s, kind="stable")`` for
+    finite ``s``, at a fraction of its compile time)."""
     n = s.shape[0]
     for i in range(n):
         out[i] = i
+    if n >= _RADIX_MIN:  # the merges' reads through the order miss the cache (n log n of them)
+        _radix_desc(s, out)
+        return
     src = out
     dst = np.empty_like(out)
     passes = 0

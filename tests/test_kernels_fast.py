@@ -421,7 +421,7 @@ def _short_blocks_were(names, kind):
                          "_short_block_ap_exact"}, names
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 1000])
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 1000, 2048, 5000])
 def test_argsort_desc_is_a_stable_argsort(n):
     from approx_gbdt._pairs import argsort_desc
 
@@ -467,7 +467,7 @@ def test_ap_far_relevant_pairs_by_the_series(beta, mode):
 @pytest.mark.parametrize("shift", [0.001, 0.1, 1.0, 10.0])
 def test_resort_from_the_last_order_is_a_stable_sort(n, shift):
     # the kernels sort each query from the order of the last call: insertion sort while
-    # few documents moved, then runs and merges; ties keep the last order
+    # few documents moved, then a radix sort; ties keep the last order
     # (``_sort_desc``), or go in index order (``sort_desc_by_index``)
     from approx_gbdt._pairs import _sort_desc, sort_desc_by_index
 
@@ -482,6 +482,28 @@ def test_resort_from_the_last_order_is_a_stable_sort(n, shift):
         order = last.astype(np.int32)
         by_index(s, order)
         np.testing.assert_array_equal(order, np.argsort(-s, kind="stable"))
+
+
+@pytest.mark.parametrize("n", [2, 300, 3000])
+def test_resort_orders_signed_zeros_extremes_and_ties(n):
+    # the radix sort behind both sorts reads the bits of the scores: -0.0 ties with 0.0,
+    # subnormals, the largest floats and both signs must order as comparisons do
+    from approx_gbdt._pairs import _sort_desc, argsort_desc
+
+    keep = numba.njit(lambda s, order: _sort_desc(s, order))
+    fresh = numba.njit(lambda s, out: argsort_desc(s, out))
+    special = np.array([0.0, -0.0, 5e-324, -5e-324, 2.2e-308, -2.2e-308, 1e-300, -1e-300,
+                        1.0, -1.0, 1.7e308, -1.7e308, 0.5, -0.5, 1.0 + 2.2e-16, -1.0 - 2.2e-16])
+    rng = np.random.default_rng(n)
+    s = rng.choice(special, size=n)
+    last = rng.permutation(n)
+    order = last.astype(np.int32)
+    keep(s, order)
+    key = s + 0.0  # numpy's comparisons: -0.0 == 0.0
+    np.testing.assert_array_equal(order, last[np.argsort(-key[last], kind="stable")])
+    out = np.empty(n, dtype=np.int32)
+    fresh(s, out)
+    np.testing.assert_array_equal(out, np.argsort(-key, kind="stable"))
 
 
 @pytest.mark.parametrize("n", [1, 2, 33, 200, 511])
