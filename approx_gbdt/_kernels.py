@@ -232,11 +232,11 @@ def _make_query_ap(big, need_exact):
         grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
         # the relevant documents and their windows first, then their sums by the grid where
         # that is cheaper, else by the near pairs' loops and the far pairs' series
-        R = ap_relevant(n, W, A, order, rel_local, beta, n < 0)
+        R = ap_relevant(n, W, A, order, rel_local, beta, n < 0, n < 0)
         if use_grid(A.ry[:R], A.jst, R, gp):  # the exact loops' pairs: those within _NEAR
             _ap_relevant_grid(big, R, A, need_exact, nt, gt)
-        else:
-            ap_relevant_sums(R, A)
+        else:  # ``tc`` for the exact diagonal only (a run-time flag, as in _grid_chain)
+            ap_relevant_sums(R, A, (n >= 0) if need_exact else (n < 0))
         if job == JOB_VALUE:
             return ap_value_sum(R, A, iz)
         ap_ve(n, R, W, A, beta, iz)
@@ -391,8 +391,8 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, from
     the chain step's sums with weights ``|v|`` (already in ``W.bnd``) and the relevant
     documents' own sums (``S``, from :func:`_relevant_part`): with the automatic choice
-    (``gp`` 0), at least ``GRID_MIN_N`` relevant documents and at most ``_ABS_PARTNERS``
-    partner boxes per document on average (they lie within a few boxes, as in the first
+    (``gp`` 0), where :func:`_abs_cheaper` finds it cheaper (at most ``_ABS_PARTNERS``
+    partner boxes per document on average: they lie within a few boxes, as in the first
     rounds), by the grid with each box sorted by ``v`` (:func:`grid_abs_seq`, the positions
     step's Lagrange values ``lag``; pairs more than ``_grid._D_ABS`` boxes apart left out,
     module notes of ``_grid``); else, where the grid is cheaper for them, split into classes of
@@ -416,7 +416,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
     # by v where the grid is cheaper for them (ApproxNDCG's cost model ``use_grid``, which
     # leaves out the split's classes and its pairs within a class), else the exact windowed
     # loops
-    if gp == 0 and R >= GRID_MIN_N and abs_cost(S.x[:R], R) <= _ABS_PARTNERS * R:
+    if gp == 0 and R >= _ABS_MIN_R and _abs_cheaper(S, R):
         # few partner boxes per document (the relevant documents within a few boxes): each
         # box sorted by v (grid_abs_seq), the positions step's Lagrange values
         if big:
@@ -444,12 +444,34 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
         bnd[r] = abs(v[r]) * (aw[r] - S.aw[a]) + S.bnd[a]
 
 
+@njit(inline="always", cache=True)
+def _abs_cheaper(S, R):
+    """Whether :func:`grid_abs_seq` is the cheaper way to the bound's sums over the ``R``
+    relevant documents of ``S`` (:func:`_relevant_part`, its windows made): at most
+    ``_ABS_PARTNERS`` partner boxes per document on average, and, below ``GRID_MIN_N``
+    documents, cheaper than the exact windowed loops by a cost model fitted on one thread
+    (queries of 1,000 and 10,000 documents, 20 to 500 relevant ones, every pair in the
+    window): exact ~ 0.57 ns per window pair, grid ~ 2.5 us + 70 ns per document and partner
+    box. From ``GRID_MIN_N`` documents the classes of ``v`` are the alternative, not the exact
+    loops."""
+    work = abs_cost(S.x[:R], R)
+    if work > _ABS_PARTNERS * R:
+        return False
+    if R >= GRID_MIN_N:
+        return True
+    pairs = 0
+    for a in range(R):
+        pairs += S.jend[a] - a - 1
+    return 0.57 * pairs > 2500.0 + 70.0 * work
+
+
 # grid_abs_seq where the relevant documents have at most this many partner boxes per document
 # on average: it costs O(_P^2) per document and partner box, and beyond that the classes of v
 # are cheaper (lists of 10,000 documents, 45 % relevant, one thread, against the classes:
 # alpha times the scores' standard deviation 0.27, 21 against 27 ms; 0.5, 23 against 25 ms;
 # 1, about 7 partner boxes, 30 against 25 ms)
 _ABS_PARTNERS = 4
+_ABS_MIN_R = 64  # fewer relevant documents always take the exact windowed loops
 _V_CLASSES = 8  # classes of ApproxAP's bound on the grid (_v_classes)
 _V_SAMPLE = 64  # documents sampled per class for the cuts of _v_classes
 
@@ -751,7 +773,8 @@ def _make_short_block_ap(exact):
             n = b - a
             o = order[a:b]
             _sorted_positions(s[a:b], o, alpha, W)
-            R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, n >= 0)
+            R = ap_relevant(n, W, A, o, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, n >= 0,
+                            (n >= 0) if exact else (n < 0))
             if job == JOB_VALUE:
                 out[q] = ap_value_sum(R, A, inv_z[q])
                 continue

@@ -472,6 +472,21 @@ def test_approx_ap_auto_relevant_bound_few_boxes():
     _auto_against_exact(lambda: _split_from(ApproxAP(), 1000), s, y, ptr)
 
 
+def test_approx_ap_auto_relevant_bound_few_boxes_below_grid_min():
+    # a query of 1,000 documents with fewer relevant documents than the grid's threshold, all
+    # within one box: the cost model (_kernels._abs_cheaper) takes grid_abs_seq for their own
+    # sums rather than the exact windowed loops; the exact windowed kernel is the reference
+    s, y, ptr = _one_long_ap_query(5, 0.01, n=1000)
+    x, jend = _sorted_windows(s[y >= 1])
+    R = x.size
+    work = njit(lambda x: G.abs_cost(x, x.shape[0]))(x)
+    pairs = int(np.sum(jend - np.arange(R) - 1))
+    assert 200 < R < G.GRID_MIN_N and work <= K._ABS_PARTNERS * R
+    assert 0.57 * pairs > 2500.0 + 70.0 * work  # the model's choice of the grid
+    _auto_against_exact(ApproxAP, s, y, ptr)
+    _auto_against_exact(lambda: _split_from(ApproxAP(), 500), s, y, ptr)
+
+
 @pytest.mark.parametrize("kind", ["distinct", "equal", "few values", "short"])
 def test_v_classes_are_ordered_and_about_equal(kind):
     # ApproxAP's bound splits its relevant documents into classes of consecutive v: every v of
