@@ -191,7 +191,6 @@ def floor_sum(v, aw, g):
 
 
 
-_RADIX_MIN = 2048  # argsort_desc: a merge sort below this many documents, a radix sort from it
 _SIGN = np.uint64(1) << np.uint64(63)
 _BYTE = np.uint64(255)
 
@@ -345,15 +344,13 @@ def sort_desc_by_index(s, order):
 @njit(cache=True, **_STEP)
 def argsort_desc(s, out):
     """Fill ``out`` with the indices of ``s`` by descending value, ties in index order (a
-    stable bottom-up merge sort, O(n log n), below ``_RADIX_MIN`` documents, and
-    :func:`_radix_desc` from there; the same order as ``np.argsort(-s, kind="stable")`` for
-    finite ``s``, at a fraction of its compile time)."""
+    stable bottom-up merge sort, O(n log n); the same order as
+    ``np.argsort(-s, kind="stable")`` for finite ``s``, at a fraction of its compile time).
+    Not :func:`_radix_desc`: the short lists' paths call it, and compiling the radix sort
+    there would add about a second to their first call."""
     n = s.shape[0]
     for i in range(n):
         out[i] = i
-    if n >= _RADIX_MIN:  # the merges' reads through the order miss the cache (n log n of them)
-        _radix_desc(s, out)
-        return
     src = out
     dst = np.empty_like(out)
     passes = 0

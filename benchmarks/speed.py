@@ -602,20 +602,46 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
                              + f" | {'' if load is None else f'{load:.1f}'} |")
         L.append("")
     if cold:
-        L.append("## 5. First call with an empty Numba cache\n")
-        L.append("Each column one fresh process with a new `NUMBA_CACHE_DIR` (a new user's first "
-                 "run: Numba compiles the kernels) or the folder the first one filled (every "
-                 "later run: it loads them); 200 generated queries of 20-120 documents. "
-                 "Wall-clock seconds of the call; `benchmarks/cold_start.py` times every "
-                 "entry point. Target: a cold first call under 5 s.\n")
-        L.append("| call | empty cache (s) | full cache (s) |")
-        L.append("|---|---|---|")
-        for label, first, loaded in cold:
-            L.append(f"| {label} | {first:.2f} | "
-                     f"{'n/a' if loaded is None else f'{loaded:.2f}'} |")
-        L.append("")
+        L += cold_section(cold)
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
+
+
+def cold_section(cold, remade=None):
+    """Section 5's lines; ``remade``: the command that re-made it alone (``--cold-start-only``),
+    stated in the section."""
+    L = ["## 5. First call with an empty Numba cache\n"]
+    if remade:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        L.append(f"Re-made alone by `{remade}` on {when} at commit {_commit()}; sections 1-4 "
+                 "are from the run above.\n")
+    L.append("Each column one fresh process with a new `NUMBA_CACHE_DIR` (a new user's first "
+             "run: Numba compiles the kernels) or the folder the first one filled (every "
+             "later run: it loads them); 200 generated queries of 20-120 documents. "
+             "Wall-clock seconds of the call; `benchmarks/cold_start.py` times every "
+             "entry point. Target: a cold first call under 5 s.\n")
+    L.append("| call | empty cache (s) | full cache (s) |")
+    L.append("|---|---|---|")
+    for label, first, loaded in cold:
+        L.append(f"| {label} | {first:.2f} | "
+                 f"{'n/a' if loaded is None else f'{loaded:.2f}'} |")
+    L.append("")
+    return L
+
+
+def _commit():
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                         text=True, check=False)
+    return out.stdout.strip() or "unknown"
+
+
+def remake_cold_section(path, cmd):
+    """Replace section 5 of the report at ``path`` by a new measurement (the rest kept)."""
+    with open(path) as f:
+        text = f.read()
+    head = text.split("## 5. First call with an empty Numba cache")[0].rstrip("\n")
+    with open(path, "w") as f:
+        f.write(head + "\n\n" + "\n".join(cold_section(bench_cold_start(), cmd)) + "\n")
 
 
 def plot(path, kernels):
@@ -678,7 +704,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run (small sizes)")
     ap.add_argument("--train-one", nargs=5, metavar=("SETTING", "LIB", "OBJ", "ITERS", "THREADS"))
     ap.add_argument("--skip-training", action="store_true")
+    ap.add_argument("--cold-start-only", action="store_true",
+                    help="re-make section 5 (the first call with an empty Numba cache) of the "
+                         "existing report alone")
     args = ap.parse_args()
+    if args.cold_start_only:
+        name = "speed_quick" if args.quick else "speed"
+        remake_cold_section(os.path.join(RESULTS, name + ".md"),
+                            "python benchmarks/speed.py --cold-start-only"
+                            + (" --quick" if args.quick else ""))
+        return
     if args.train_one:
         setting, lib, objective, iters, threads = args.train_one
         print(json.dumps(train_one(setting, lib, objective, int(iters), int(threads))))
