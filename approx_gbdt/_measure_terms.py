@@ -161,7 +161,9 @@ of length ``n + 1``; index ``a`` runs over the relevant documents in sorted orde
 ry, re : -beta (pos^_a - pos^_first) and its exponential within the exp block
 s : sum_{b != a} sig(beta (pos^_a - pos^_b)) (the number of relevant documents above, smoothed)
 u : u_a of the off-diagonal part, for the current document k
-ts, td, tc : sum tau_ab, sum tau_ab (q_a - q_b), sum tau_ab (1 - 2 sig_ab) (q_a - q_b)
+ts, td, tc : sum tau_ab, sum tau_ab (q_a - q_b), sum tau_ab (1 - 2 sig_ab) (q_a - q_b); ``tc``
+    in full only for Hessian modes with the exact diagonal (else the far pairs' terms alone,
+    or 0 on the grid: it enters only ``W.e``, which only the exact diagonal reads)
 off : off-diagonal part of the exact diagonal, per document in sorted order
 qr : 1 / pos^_a
 jst : two-sided window start of every document (``ap_offdiag``); before it, the near end of
@@ -505,7 +507,9 @@ def _ap_v(qa, sa, td, beta, ir):
 
 @njit(inline="always", cache=True)
 def ap_ve(n, R, W, A, beta, ir):
-    """``W.v`` and ``W.e`` in sorted order for ApproxAP (zero on the irrelevant documents)."""
+    """``W.v`` and ``W.e`` in sorted order for ApproxAP (zero on the irrelevant documents;
+    ``W.e`` is meaningful only where ``A.tc`` is complete, the Hessian modes with the exact
+    diagonal, which alone read it)."""
     v = W.v[:n]
     ee = W.e[:n]
     for r in range(n):

@@ -48,7 +48,7 @@ and
    (``_kernels.split_at``) are split across threads by row chunks (thread-private column
    sums, reduced afterwards: O(threads n) memory); the other queries run one per thread,
    with per-thread scratch allocated once per call. Nothing of size n is allocated per
-   iteration except the returned gradient and Hessian (and the buffer of a sort beyond its
+   iteration except the returned gradient and Hessian (and the buffers of a sort beyond its
    insertion sort's cap); the sort order persists between iterations in ``order``.
 """
 
@@ -310,8 +310,8 @@ def _sort_desc_short(s, order):
     short tier's queries (below ``GRID_MIN_N``, 512 documents, unless the grid is off) and
     the grid's boxes (``_grid._v_order``): an
     insertion sort (ties keep their last order) while it has made at most ``8 n + 64`` moves,
-    else :func:`argsort_desc` afresh (ties in index order; a merge sort, which on short
-    queries is faster than :func:`_sort_desc`'s radix sort)."""
+    else :func:`argsort_desc` afresh (ties in index order; a merge sort, which compiles
+    without :func:`_radix_desc`: the short tier's first call does not pay for it)."""
     n = s.shape[0]
     if n == 0:
         return

@@ -2,6 +2,7 @@
 
     python benchmarks/speed.py            # full run (~45 min on 2 cores)
     python benchmarks/speed.py --quick    # smoke run
+    python benchmarks/speed.py --cold-start-only   # re-make section 5 of speed.md alone
 
 Writes benchmarks/results/speed.md (or speed_quick.md), speed_throughput.png and
 speed_lengths.png:
@@ -630,18 +631,21 @@ def cold_section(cold, remade=None):
 
 
 def _commit():
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                         text=True, check=False)
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE,
+                         capture_output=True, text=True, check=False)
     return out.stdout.strip() or "unknown"
 
 
 def remake_cold_section(path, cmd):
-    """Replace section 5 of the report at ``path`` by a new measurement (the rest kept)."""
+    """Replace section 5 of the report at ``path`` by a new measurement (the rest kept; the
+    file is replaced only once the measurement is done)."""
     with open(path) as f:
         text = f.read()
     head = text.split("## 5. First call with an empty Numba cache")[0].rstrip("\n")
-    with open(path, "w") as f:
-        f.write(head + "\n\n" + "\n".join(cold_section(bench_cold_start(), cmd)) + "\n")
+    lines = cold_section(bench_cold_start(), cmd)
+    with open(path + ".tmp", "w") as f:
+        f.write(head + "\n\n" + "\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
 
 
 def plot(path, kernels):

@@ -20,6 +20,7 @@ from numba import njit
 from approx_gbdt import _grid as G
 from approx_gbdt import _kernels as K
 from approx_gbdt import _reference as R
+from approx_gbdt._pairs import _windows, pair_work
 from approx_gbdt.measures import ApproxDCG, ApproxMRR, ApproxPrecision, ApproxRBP
 from approx_gbdt.objectives import ApproxAP, ApproxNDCG
 
@@ -477,12 +478,23 @@ def test_approx_ap_auto_relevant_bound_few_boxes_below_grid_min():
     # within one box: the cost model (_kernels._abs_cheaper) takes grid_abs_seq for their own
     # sums rather than the exact windowed loops; the exact windowed kernel is the reference
     s, y, ptr = _one_long_ap_query(5, 0.01, n=1000)
-    x, jend = _sorted_windows(s[y >= 1])
-    R = x.size
-    work = njit(lambda x: G.abs_cost(x, x.shape[0]))(x)
-    pairs = int(np.sum(jend - np.arange(R) - 1))
-    assert 200 < R < G.GRID_MIN_N and work <= K._ABS_PARTNERS * R
-    assert 0.57 * pairs > 2500.0 + 70.0 * work  # the model's choice of the grid
+    # the kernel's choices on this query: its positions and its bound on the grid, and the
+    # cost model's for the relevant documents (their x in the query's frame, sorted)
+    x, jend = _sorted_windows(s)
+    rel = y[np.argsort(-s, kind="stable")] >= 1
+    xr, R = x[rel], int(rel.sum())
+
+    @njit
+    def choices(x, jend, xr):
+        S = pair_work(xr.shape[0])
+        S.x[:xr.shape[0]] = xr
+        R = xr.shape[0]
+        _windows(S.x[:R], S.ex[:R], S.jend[:R], S.bend[:R])
+        return (K._ap_bound_on_grid(x, jend, x.shape[0], S.jend[:R], 0),
+                K._abs_cheaper(S, R))
+
+    assert 200 < R < G.GRID_MIN_N and _takes_grid(s)
+    assert choices(x, jend, xr) == (True, True)
     _auto_against_exact(ApproxAP, s, y, ptr)
     _auto_against_exact(lambda: _split_from(ApproxAP(), 500), s, y, ptr)
 

@@ -421,7 +421,7 @@ def _short_blocks_were(names, kind):
                          "_short_block_ap_exact"}, names
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 1000, 2048, 5000])
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 1000])
 def test_argsort_desc_is_a_stable_argsort(n):
     from approx_gbdt._pairs import argsort_desc
 
@@ -484,26 +484,28 @@ def test_resort_from_the_last_order_is_a_stable_sort(n, shift):
         np.testing.assert_array_equal(order, np.argsort(-s, kind="stable"))
 
 
-@pytest.mark.parametrize("n", [2, 300, 3000])
-def test_resort_orders_signed_zeros_extremes_and_ties(n):
-    # the radix sort behind both sorts reads the bits of the scores: -0.0 ties with 0.0,
-    # subnormals, the largest floats and both signs must order as comparisons do
-    from approx_gbdt._pairs import _sort_desc, argsort_desc
+@pytest.mark.parametrize("n", [300, 3000])
+@pytest.mark.parametrize("values", ["special", "one byte 6", "one byte 0", "two bytes"])
+def test_resort_orders_signed_zeros_extremes_and_ties(n, values):
+    # a random order makes the insertion sort give up, so the radix sort takes it: it reads
+    # the bits of the scores (-0.0 ties with 0.0; subnormals, the largest floats and both
+    # signs order as comparisons do) and skips the bytes that every key shares, so that an
+    # odd number of passes (one byte differing) leaves the result in its buffer
+    from approx_gbdt._pairs import _sort_desc
 
     keep = numba.njit(lambda s, order: _sort_desc(s, order))
-    fresh = numba.njit(lambda s, out: argsort_desc(s, out))
+    rng = np.random.default_rng(n)
     special = np.array([0.0, -0.0, 5e-324, -5e-324, 2.2e-308, -2.2e-308, 1e-300, -1e-300,
                         1.0, -1.0, 1.7e308, -1.7e308, 0.5, -0.5, 1.0 + 2.2e-16, -1.0 - 2.2e-16])
-    rng = np.random.default_rng(n)
-    s = rng.choice(special, size=n)
+    s = {"special": rng.choice(special, size=n),
+         "one byte 6": rng.choice([1.0, 1.5], size=n),
+         "one byte 0": 1.0 + rng.integers(0, 256, n) * 2.0**-52,
+         "two bytes": 1.0 + rng.integers(0, 65536, n) * 2.0**-52}[values]
     last = rng.permutation(n)
     order = last.astype(np.int32)
     keep(s, order)
     key = s + 0.0  # numpy's comparisons: -0.0 == 0.0
     np.testing.assert_array_equal(order, last[np.argsort(-key[last], kind="stable")])
-    out = np.empty(n, dtype=np.int32)
-    fresh(s, out)
-    np.testing.assert_array_equal(out, np.argsort(-key, kind="stable"))
 
 
 @pytest.mark.parametrize("n", [1, 2, 33, 200, 511])
