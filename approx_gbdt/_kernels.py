@@ -416,7 +416,7 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
     # by v where the grid is cheaper for them (ApproxNDCG's cost model ``use_grid``, which
     # leaves out the split's classes and its pairs within a class), else the exact windowed
     # loops
-    if gp == 0 and R >= _ABS_MIN_R and _abs_cheaper(S, R):
+    if gp == 0 and _abs_cheaper(S, R):
         # few partner boxes per document (the relevant documents within a few boxes): each
         # box sorted by v (grid_abs_seq), the positions step's Lagrange values
         if big:
@@ -453,7 +453,10 @@ def _abs_cheaper(S, R):
     (queries of 1,000 and 10,000 documents, 20 to 500 relevant ones, every pair in the
     window): exact ~ 0.57 ns per window pair, grid ~ 2.5 us + 70 ns per document and partner
     box. From ``GRID_MIN_N`` documents the classes of ``v`` are the alternative, not the exact
-    loops."""
+    loops. Below ``_ABS_MIN_R`` relevant documents: False without counting (the model picks
+    the grid from about 280)."""
+    if R < _ABS_MIN_R:
+        return False
     work = abs_cost(S.x[:R], R)
     if work > _ABS_PARTNERS * R:
         return False
@@ -471,7 +474,7 @@ def _abs_cheaper(S, R):
 # alpha times the scores' standard deviation 0.27, 21 against 27 ms; 0.5, 23 against 25 ms;
 # 1, about 7 partner boxes, 30 against 25 ms)
 _ABS_PARTNERS = 4
-_ABS_MIN_R = 64  # fewer relevant documents always take the exact windowed loops
+_ABS_MIN_R = 64  # fewer relevant documents never take grid_abs_seq (_abs_cheaper)
 _V_CLASSES = 8  # classes of ApproxAP's bound on the grid (_v_classes)
 _V_SAMPLE = 64  # documents sampled per class for the cuts of _v_classes
 

@@ -187,38 +187,16 @@ def ap_work(n):
 
 
 @njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
-def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC):
+def _ap_seg(j0, j1, f, rE, Qr, Qa, S, TS, TD, TC, need_tc):
+    """The second-level pairs of relevant document ``a`` with ``j0..j1-1`` (ranked below it),
+    where ``e^{ry_b - ry_a} = f rE_b``: adds to their ``S``, ``TS``, ``TD`` (and ``TC`` with
+    ``need_tc``) and returns ``a``'s sums (``tc`` 0 without ``need_tc``; the flag is the same
+    for the whole loop, which LLVM compiles as two loops)."""
     rE, Qr, S, TS, TD, TC = rE[j0:j1], Qr[j0:j1], S[j0:j1], TS[j0:j1], TD[j0:j1], TC[j0:j1]
     sa = 0.0
     ts = 0.0
     td = 0.0
     tc = 0.0
-    for b in range(rE.shape[0]):
-        e = f * rE[b]
-        p = 1.0 / (1.0 + e)
-        q = e * p
-        tau = q * p
-        dq = Qa - Qr[b]
-        sa += q
-        S[b] -= q
-        ts += tau
-        TS[b] += tau
-        t = tau * dq
-        td += t
-        TD[b] -= t
-        c = t * ((1.0 - e) * p)
-        tc += c
-        TC[b] += c
-    return sa, ts, td, tc
-
-
-@njit(fastmath=_FM, error_model="numpy", cache=True, **_STEP)
-def _ap_seg3(j0, j1, f, rE, Qr, Qa, S, TS, TD):
-    """:func:`_ap_seg` without ``tc`` (returned as 0)."""
-    rE, Qr, S, TS, TD = rE[j0:j1], Qr[j0:j1], S[j0:j1], TS[j0:j1], TD[j0:j1]
-    sa = 0.0
-    ts = 0.0
-    td = 0.0
     for b in range(rE.shape[0]):
         e = f * rE[b]
         p = 1.0 / (1.0 + e)
@@ -231,7 +209,11 @@ def _ap_seg3(j0, j1, f, rE, Qr, Qa, S, TS, TD):
         t = tau * (Qa - Qr[b])
         td += t
         TD[b] -= t
-    return sa, ts, td, 0.0
+        if need_tc:
+            c = t * ((1.0 - e) * p)
+            tc += c
+            TC[b] += c
+    return sa, ts, td, tc
 
 
 _NEAR = 5.0  # relevant pairs further apart than this in ``ry`` take the series (_ap_far)
@@ -420,16 +402,10 @@ def ap_relevant_sums(R, A, need_tc):
         bb = rb[a]
         m = j1 if j1 < bb else bb
         Qa = Qr[a]
-        if need_tc:
-            sa, ts, td, tc = _ap_seg(a + 1, m, 1.0 / rE[a], rE, Qr, Qa, S, TS, TD, TC)
-        else:
-            sa, ts, td, tc = _ap_seg3(a + 1, m, 1.0 / rE[a], rE, Qr, Qa, S, TS, TD)
+        sa, ts, td, tc = _ap_seg(a + 1, m, 1.0 / rE[a], rE, Qr, Qa, S, TS, TD, TC, need_tc)
         if j1 > bb:
             f = math.exp(ry[bb] - ry[a])
-            if need_tc:
-                s2, t2, d2, c2 = _ap_seg(bb, j1, f, rE, Qr, Qa, S, TS, TD, TC)
-            else:
-                s2, t2, d2, c2 = _ap_seg3(bb, j1, f, rE, Qr, Qa, S, TS, TD)
+            s2, t2, d2, c2 = _ap_seg(bb, j1, f, rE, Qr, Qa, S, TS, TD, TC, need_tc)
             sa += s2
             ts += t2
             td += d2
