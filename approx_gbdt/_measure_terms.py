@@ -52,8 +52,8 @@ _H_CACHE_MAX = 1024
 def _base(kind, p, theta):
     """Return ``(b, b', b'')`` of the position term without truncation."""
     if kind == TERM_LOG:
-        # log, not log1p: a smoothed position is at least 1/2, where log(1 + p) is as accurate
-        # (1 + p is exact to half an ulp) and libm's log takes less than half log1p's time
+        # log, not log1p: a position is at least 1, where 1 + p rounded to within half an ulp
+        # keeps log(1 + p) within a few ulp, and libm's log takes less than half log1p's time
         q = 1.0 + p
         lg = math.log(q)
         il = 1.0 / lg
