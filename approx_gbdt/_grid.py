@@ -231,14 +231,21 @@ def _partner_work(x, n, d):
     return per_doc, per_box
 
 
+@njit(inline="always", cache=True)
+def window_pairs(jend, n):
+    """The pairs inside the windows of a sorted query's first ``n`` documents (``jend``: each
+    one's window end), the work of the exact windowed loops."""
+    pairs = 0
+    for r in range(n):
+        pairs += jend[r] - r - 1
+    return pairs
+
+
 @njit(cache=True, **_STEP)
 def _costs(x, jend, n):
     """Work of the two paths for one sorted query: the pairs inside the windows (exact path)
     and the ordered pairs of partner boxes, each box with itself once (grid path)."""
-    pairs = 0
-    for r in range(n):
-        pairs += jend[r] - r - 1
-    return pairs, _partner_work(x, n, _D)[1]
+    return window_pairs(jend, n), _partner_work(x, n, _D)[1]
 
 
 @njit(inline="always", cache=True)

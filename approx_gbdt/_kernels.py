@@ -56,6 +56,7 @@ from approx_gbdt._grid import (
     grid_positions_seq,
     grid_tables,
     use_grid,
+    window_pairs,
 )
 from approx_gbdt._measure_terms import (
     _H_CACHE_MAX,
@@ -380,9 +381,7 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     if grid_mode > 0:
         return True
     pairs, box_pairs = _costs(x, jend, n)
-    rel_pairs = 0
-    for a in range(rel_jend.shape[0]):
-        rel_pairs += rel_jend[a] - a - 1
+    rel_pairs = window_pairs(rel_jend, rel_jend.shape[0])
     return 0.41 * pairs > 50.0 * n + 60.0 * box_pairs + 0.39 * rel_pairs
 
 
@@ -462,10 +461,7 @@ def _abs_cheaper(S, R):
         return False
     if R >= GRID_MIN_N:
         return True
-    pairs = 0
-    for a in range(R):
-        pairs += S.jend[a] - a - 1
-    return 0.57 * pairs > 2500.0 + 70.0 * work
+    return 0.57 * window_pairs(S.jend, R) > 2500.0 + 70.0 * work
 
 
 # grid_abs_seq where the relevant documents have at most this many partner boxes per document
