@@ -944,6 +944,23 @@ def command_line(script: str, argv: list[str]) -> str:
     return "python " + " ".join(shlex.quote(a) for a in [script, *argv])
 
 
+def commit() -> str:
+    """The repository's short commit, marked when ``approx_gbdt/`` has uncommitted changes
+    ("unknown" without git)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "approx_gbdt"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" (approx_gbdt/ has uncommitted changes)" if dirty else "")
+
+
 def environment() -> str:
     import lightgbm
     import numpy
@@ -952,20 +969,8 @@ def environment() -> str:
 
     import approx_gbdt
 
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--", "approx_gbdt"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-        commit += " (approx_gbdt/ has uncommitted changes)" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
     parts = [
-        f"approx_gbdt {approx_gbdt.__version__} at git {commit}",
+        f"approx_gbdt {approx_gbdt.__version__} at git {commit()}",
         f"lightgbm {lightgbm.__version__}",
         f"xgboost {xgboost.__version__}",
         f"numpy {numpy.__version__}",

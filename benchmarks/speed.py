@@ -613,8 +613,11 @@ def cold_section(cold, remade=None):
     stated in the section."""
     L = ["## 5. First call with an empty Numba cache\n"]
     if remade:
+        sys.path.insert(0, HERE)
+        from _common import commit
+
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        L.append(f"Re-made alone by `{remade}` on {when} at commit {_commit()}; sections 1-4 "
+        L.append(f"Re-made alone by `{remade}` on {when} at commit {commit()}; sections 1-4 "
                  "are from the run above.\n")
     L.append("Each column one fresh process with a new `NUMBA_CACHE_DIR` (a new user's first "
              "run: Numba compiles the kernels) or the folder the first one filled (every "
@@ -628,12 +631,6 @@ def cold_section(cold, remade=None):
                  f"{'n/a' if loaded is None else f'{loaded:.2f}'} |")
     L.append("")
     return L
-
-
-def _commit():
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE,
-                         capture_output=True, text=True, check=False)
-    return out.stdout.strip() or "unknown"
 
 
 def remake_cold_section(path, cmd):
