@@ -14,6 +14,9 @@ beside the checkout):
 ``generated``    :func:`approx_gbdt.make_ranking` (300 queries, seed 0) cut into 5 blocks of 60
                  queries, rotated as LETOR does: fold i trains on blocks i, i+1, i+2, validates
                  on i+3 and tests on i+4 (mod 5), so every query is tested exactly once.
+``generated-long`` the same with 100 queries of 500 to 1,500 documents (about 100,000 in all;
+                 blocks of 20 queries): long lists, where LightGBM's lambdarank counts only
+                 the pairs with a document among the first 30 positions.
 ``lgb-yahoo``    ``LightGBM-lambdarank`` in the data folder (LightGBM's ``rank.train`` /
                  ``rank.test``, a Yahoo! LTR sample): one fold; 20 % of the training queries
                  (a fixed random draw, seed 0) are carved out as the validation split.
@@ -94,6 +97,9 @@ NAMED_DATA = {
 }
 GENERATED_QUERIES = 300
 GENERATED_BLOCKS = 5
+# generated-long: lists of 500 to 1,500 documents (about 100,000 in all), the long lists that
+# LightGBM's lambdarank truncates (pairs with one of the first 30 positions only)
+GENERATED_LONG = (100, (500, 1500))
 VALID_FRACTION = 0.2
 SMALL_QUERIES = (60, 20)  # mq2008-small: training and validation queries per fold
 
@@ -108,7 +114,7 @@ class Fold:
 
 def dataset_label(data: str) -> str:
     """Short name of a data set, used in output file names."""
-    if data in NAMED_DATA or data == "generated":
+    if data in NAMED_DATA or data in ("generated", "generated-long"):
         return data
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(data).resolve().name).lower() or "data"
 
@@ -152,11 +158,16 @@ def _shared(name: str) -> Path:
     return path
 
 
-def _generated_folds():
+def _generated_folds(long=False):
     from approx_gbdt import make_ranking
 
-    data = make_ranking(GENERATED_QUERIES, seed=0)
-    blocks = np.array_split(np.arange(GENERATED_QUERIES), GENERATED_BLOCKS)
+    if long:
+        n_queries, sizes = GENERATED_LONG
+        data = make_ranking(n_queries, docs_per_query=sizes, seed=0)
+    else:
+        n_queries = GENERATED_QUERIES
+        data = make_ranking(n_queries, seed=0)
+    blocks = np.array_split(np.arange(n_queries), GENERATED_BLOCKS)
     folds = []
     for i in range(GENERATED_BLOCKS):
         b = [blocks[(i + j) % GENERATED_BLOCKS] for j in range(GENERATED_BLOCKS)]
@@ -191,6 +202,8 @@ def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
 
     if data == "generated":
         folds = _generated_folds()
+    elif data == "generated-long":
+        folds = _generated_folds(long=True)
     elif data == "mq2008":
         folds = [Fold(f.name, f.train, f.vali, f.test) for f in load_letor_folds(_shared(data))]
     elif data == "mq2008-small":
@@ -212,7 +225,7 @@ def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
         path = Path(data)
         if not path.is_dir():
             raise SystemExit(
-                f"--data {data}: not a folder and not one of mq2008, generated, "
+                f"--data {data}: not a folder and not one of mq2008, generated, generated-long, "
                 f"{', '.join(k for k in NAMED_DATA if k != 'mq2008')}"
             )
         has_vali = any(path.glob("vali.txt*")) or (path / "folds.json").is_file() or any(

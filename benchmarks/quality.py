@@ -112,8 +112,8 @@ def parse_args(argv):
         epilog=__doc__.split("Examples::")[1],
     )
     p.add_argument("--data", default="mq2008",
-                   help="mq2008 (default), mq2008-small, generated, lgb-yahoo, mslr-sample or a "
-                        "LETOR folder")
+                   help="mq2008 (default), mq2008-small, generated, generated-long, lgb-yahoo, "
+                        "mslr-sample or a LETOR folder")
     p.add_argument("--folds", type=int, default=None, help="use only the first N folds")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     p.add_argument("--grid", choices=sorted(C.GRIDS), default="small",

@@ -147,6 +147,18 @@ def test_generated_folds_rotate_and_test_every_query_once():
     assert f.train.n_queries + f.vali.n_queries + f.test.n_queries == C.GENERATED_QUERIES
 
 
+def test_generated_long_folds_have_long_lists_and_rotate():
+    C = _load_common()
+    folds = C.load_folds("generated-long")
+    n_queries, (lo, hi) = C.GENERATED_LONG
+    assert len(folds) == 5
+    assert sum(f.test.n_queries for f in folds) == n_queries
+    sizes = np.concatenate([np.diff(f.test.group_ptr) for f in folds])
+    assert sizes.min() >= lo and sizes.max() <= hi
+    assert not np.array_equal(folds[0].test.X, folds[1].test.X)
+    assert C.dataset_label("generated-long") == "generated-long"
+
+
 def test_mq2008_small_subsamples_train_and_validation_only():
     C = _load_common()
     if not (C.SHARED_DATA / C.NAMED_DATA["mq2008"]).is_dir():
