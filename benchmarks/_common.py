@@ -14,9 +14,11 @@ beside the checkout):
 ``generated``    :func:`approx_gbdt.make_ranking` (300 queries, seed 0) cut into 5 blocks of 60
                  queries, rotated as LETOR does: fold i trains on blocks i, i+1, i+2, validates
                  on i+3 and tests on i+4 (mod 5), so every query is tested exactly once.
-``generated-long`` the same with 100 queries of 500 to 1,500 documents (about 100,000 in all;
-                 blocks of 20 queries): long lists, where LightGBM's lambdarank counts only
-                 the pairs with a document among the first 30 positions.
+``generated-long`` :func:`approx_gbdt.make_ranking` with 100 queries of 500 to 1,500 documents
+                 (about 100,000 in all; seed 0, a draw of its own, so not comparable with
+                 ``generated``), rotated in 5 blocks of 20 queries as ``generated``: long
+                 lists, of which LightGBM's lambdarank (truncation level 30) uses only a
+                 small share of the pairs.
 ``lgb-yahoo``    ``LightGBM-lambdarank`` in the data folder (LightGBM's ``rank.train`` /
                  ``rank.test``, a Yahoo! LTR sample): one fold; 20 % of the training queries
                  (a fixed random draw, seed 0) are carved out as the validation split.
@@ -97,8 +99,7 @@ NAMED_DATA = {
 }
 GENERATED_QUERIES = 300
 GENERATED_BLOCKS = 5
-# generated-long: lists of 500 to 1,500 documents (about 100,000 in all), the long lists that
-# LightGBM's lambdarank truncates (pairs with one of the first 30 positions only)
+# generated-long: queries and their sizes (lists of 500 to 1,500 documents, about 100,000 in all)
 GENERATED_LONG = (100, (500, 1500))
 VALID_FRACTION = 0.2
 SMALL_QUERIES = (60, 20)  # mq2008-small: training and validation queries per fold

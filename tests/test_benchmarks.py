@@ -155,7 +155,15 @@ def test_generated_long_folds_have_long_lists_and_rotate():
     assert sum(f.test.n_queries for f in folds) == n_queries
     sizes = np.concatenate([np.diff(f.test.group_ptr) for f in folds])
     assert sizes.min() >= lo and sizes.max() <= hi
-    assert not np.array_equal(folds[0].test.X, folds[1].test.X)
+    # every query is tested exactly once (its first document identifies it)
+    first = np.concatenate([f.test.X[f.test.group_ptr[:-1], 0] for f in folds])
+    assert np.unique(first).size == n_queries
+    block = n_queries // C.GENERATED_BLOCKS
+    for f in folds:
+        assert (f.train.n_queries, f.vali.n_queries, f.test.n_queries) == (3 * block, block, block)
+        split_firsts = [set(d.X[d.group_ptr[:-1], 0]) for d in (f.train, f.vali, f.test)]
+        assert not (split_firsts[0] & split_firsts[1] or split_firsts[0] & split_firsts[2]
+                    or split_firsts[1] & split_firsts[2])
     assert C.dataset_label("generated-long") == "generated-long"
 
 
