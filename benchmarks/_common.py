@@ -97,10 +97,13 @@ NAMED_DATA = {
     "lgb-yahoo": "LightGBM-lambdarank",
     "mslr-sample": "MSLR-rankeval-sample",
 }
-GENERATED_QUERIES = 300
+# make_ranking's arguments (besides seed 0) of the generated data sets, each cut into
+# GENERATED_BLOCKS rotated blocks of queries
+GENERATED = {
+    "generated": {"n_queries": 300},
+    "generated-long": {"n_queries": 100, "docs_per_query": (500, 1500)},
+}
 GENERATED_BLOCKS = 5
-# generated-long: queries and their sizes (lists of 500 to 1,500 documents, about 100,000 in all)
-GENERATED_LONG = (100, (500, 1500))
 VALID_FRACTION = 0.2
 SMALL_QUERIES = (60, 20)  # mq2008-small: training and validation queries per fold
 
@@ -115,7 +118,7 @@ class Fold:
 
 def dataset_label(data: str) -> str:
     """Short name of a data set, used in output file names."""
-    if data in NAMED_DATA or data in ("generated", "generated-long"):
+    if data in NAMED_DATA or data in GENERATED:
         return data
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(data).resolve().name).lower() or "data"
 
@@ -159,16 +162,12 @@ def _shared(name: str) -> Path:
     return path
 
 
-def _generated_folds(long=False):
+def _generated_folds(name):
     from approx_gbdt import make_ranking
 
-    if long:
-        n_queries, sizes = GENERATED_LONG
-        data = make_ranking(n_queries, docs_per_query=sizes, seed=0)
-    else:
-        n_queries = GENERATED_QUERIES
-        data = make_ranking(n_queries, seed=0)
-    blocks = np.array_split(np.arange(n_queries), GENERATED_BLOCKS)
+    spec = GENERATED[name]
+    data = make_ranking(**spec, seed=0)
+    blocks = np.array_split(np.arange(spec["n_queries"]), GENERATED_BLOCKS)
     folds = []
     for i in range(GENERATED_BLOCKS):
         b = [blocks[(i + j) % GENERATED_BLOCKS] for j in range(GENERATED_BLOCKS)]
@@ -201,10 +200,8 @@ def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
     """The folds of a data set named as ``--data`` takes it (see the module docstring)."""
     from approx_gbdt import load_letor_folds
 
-    if data == "generated":
-        folds = _generated_folds()
-    elif data == "generated-long":
-        folds = _generated_folds(long=True)
+    if data in GENERATED:
+        folds = _generated_folds(data)
     elif data == "mq2008":
         folds = [Fold(f.name, f.train, f.vali, f.test) for f in load_letor_folds(_shared(data))]
     elif data == "mq2008-small":
@@ -226,8 +223,8 @@ def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
         path = Path(data)
         if not path.is_dir():
             raise SystemExit(
-                f"--data {data}: not a folder and not one of mq2008, generated, generated-long, "
-                f"{', '.join(k for k in NAMED_DATA if k != 'mq2008')}"
+                f"--data {data}: not a folder and not one of "
+                f"{', '.join(['mq2008', *GENERATED, *(k for k in NAMED_DATA if k != 'mq2008')])}"
             )
         has_vali = any(path.glob("vali.txt*")) or (path / "folds.json").is_file() or any(
             p.is_dir() and re.fullmatch(r"Fold\d+", p.name) for p in path.iterdir()

@@ -142,15 +142,17 @@ def test_generated_folds_rotate_and_test_every_query_once():
     C = _load_common()
     folds = C.load_folds("generated")
     assert len(folds) == 5
-    assert sum(f.test.n_queries for f in folds) == C.GENERATED_QUERIES
+    n_queries = C.GENERATED["generated"]["n_queries"]
+    assert sum(f.test.n_queries for f in folds) == n_queries
     f = folds[0]
-    assert f.train.n_queries + f.vali.n_queries + f.test.n_queries == C.GENERATED_QUERIES
+    assert f.train.n_queries + f.vali.n_queries + f.test.n_queries == n_queries
 
 
 def test_generated_long_folds_have_long_lists_and_rotate():
     C = _load_common()
     folds = C.load_folds("generated-long")
-    n_queries, (lo, hi) = C.GENERATED_LONG
+    spec = C.GENERATED["generated-long"]
+    n_queries, (lo, hi) = spec["n_queries"], spec["docs_per_query"]
     assert len(folds) == 5
     assert sum(f.test.n_queries for f in folds) == n_queries
     sizes = np.concatenate([np.diff(f.test.group_ptr) for f in folds])
