@@ -97,10 +97,11 @@ class _Separable(_ApproxObjective):
     term = TERM_LOG  # the position term b(p), a TERM_* kind of approx_gbdt._measure_terms
     _theta = 0.0  # parameter of the position term (the persistence of RBP)
 
-    def _init(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize, k=None,
-              beta=10.0, threshold=None):
+    def _init(self, *, alpha, hessian, hessian_floor, hessian_constant, hessian_scale,
+              normalize, k=None, beta=10.0, threshold=None):
         super().__init__(alpha=alpha, hessian=hessian, hessian_floor=hessian_floor,
-                         hessian_constant=hessian_constant, normalize=normalize)
+                         hessian_constant=hessian_constant, normalize=normalize,
+                         hessian_scale=hessian_scale)
         self._k = _check_k(k)
         self.k = k
         self.beta = _positive_float("beta", beta)
@@ -141,7 +142,7 @@ class _Separable(_ApproxObjective):
 _HESSIAN_DOC = """hessian : {"mixed", "mixed_sum", "bound", "abs", "constant", "exact"}
         Hessian handed to the booster, as in :class:`~approx_gbdt.ApproxNDCG` (default
         "mixed").
-    hessian_floor, hessian_constant, normalize
+    hessian_floor, hessian_constant, hessian_scale, normalize
         As in :class:`~approx_gbdt.ApproxNDCG`."""
 
 
@@ -174,9 +175,10 @@ class ApproxDCG(_Separable):
     term = TERM_LOG
 
     def __init__(self, *, alpha=10.0, k=None, hessian="mixed", beta=10.0, hessian_floor=0.1,
-                 hessian_constant=1.0, normalize=True):
+                 hessian_constant=1.0, hessian_scale=1.0, normalize=True):
         self._init(alpha=alpha, k=k, beta=beta, hessian=hessian, hessian_floor=hessian_floor,
-                   hessian_constant=hessian_constant, normalize=normalize)
+                   hessian_constant=hessian_constant, hessian_scale=hessian_scale,
+                   normalize=normalize)
 
     def gains(self, labels):
         return exp2_gains(labels)
@@ -218,10 +220,10 @@ class ApproxMRR(_Separable):
     term = TERM_RECIP
 
     def __init__(self, *, alpha=10.0, threshold=1.0, hessian="mixed", hessian_floor=0.1,
-                 hessian_constant=1.0, normalize=True):
+                 hessian_constant=1.0, hessian_scale=1.0, normalize=True):
         self._init(alpha=alpha, threshold=threshold, hessian=hessian,
                    hessian_floor=hessian_floor, hessian_constant=hessian_constant,
-                   normalize=normalize)
+                   hessian_scale=hessian_scale, normalize=normalize)
 
     def inverse_normaliser(self, gains, group_ptr):
         return _inverse(ideal_value(gains, group_ptr, TERM_RECIP, 0, 0.0))
@@ -261,12 +263,12 @@ class ApproxPrecision(_Separable):
     term = TERM_ONE
 
     def __init__(self, *, k, alpha=10.0, beta=1.0, threshold=1.0, hessian="mixed",
-                 hessian_floor=0.1, hessian_constant=1.0, normalize=True):
+                 hessian_floor=0.1, hessian_constant=1.0, hessian_scale=1.0, normalize=True):
         if k is None:
             raise ValueError(f"{type(self).__name__} needs a cutoff k")
         self._init(alpha=alpha, k=k, beta=beta, threshold=threshold, hessian=hessian,
                    hessian_floor=hessian_floor, hessian_constant=hessian_constant,
-                   normalize=normalize)
+                   hessian_scale=hessian_scale, normalize=normalize)
 
     def inverse_normaliser(self, gains, group_ptr):
         return (_relevant_counts(gains, group_ptr) > 0) / float(self._k)
@@ -321,10 +323,10 @@ class ApproxRBP(_Separable):
     term = TERM_GEOM
 
     def __init__(self, *, alpha=10.0, persistence=0.8, threshold=1.0, hessian="mixed",
-                 hessian_floor=0.1, hessian_constant=1.0, normalize=True):
+                 hessian_floor=0.1, hessian_constant=1.0, hessian_scale=1.0, normalize=True):
         self._init(alpha=alpha, threshold=threshold, hessian=hessian,
                    hessian_floor=hessian_floor, hessian_constant=hessian_constant,
-                   normalize=normalize)
+                   hessian_scale=hessian_scale, normalize=normalize)
         p = _positive_float("persistence", persistence)
         if p >= 1.0:
             raise ValueError(f"persistence must be in (0, 1), got {persistence!r}")

@@ -259,11 +259,13 @@ class _ApproxObjective:
     _split_share = K._SPLIT_SHARE  # ... where they hold more than this times a thread's share
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
     _small_n = K.SMALL_N  # shorter queries take the direct loops (_small; 0: the windowed ones)
+    hessian_scale = 1.0  # an option of the measures; 1 for SoftNDCG, which lacks it
 
     # the Hessian modes of the measure (the kernels' has_hessian: "bound_sum" is ApproxAP's)
     _hessians = {name: mode for name, mode in HESSIANS.items() if K.has_hessian(mode, False)}
 
-    def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize):
+    def __init__(self, *, alpha, hessian, hessian_floor, hessian_constant, normalize,
+                 hessian_scale=1.0):
         self.alpha = _positive_float("alpha", alpha)
         self._mode(hessian)
         self.hessian = hessian
@@ -274,6 +276,7 @@ class _ApproxObjective:
         self.hessian_floor = float(hessian_floor)
         self.hessian_constant = _positive_float("hessian_constant", hessian_constant)
         self.normalize = bool(normalize)
+        self.hessian_scale = _positive_float("hessian_scale", hessian_scale)
         self._cache = []
 
     # -- pickling (dask workers, sklearn.clone): the cache stays behind ------------------------
@@ -371,7 +374,7 @@ class _ApproxObjective:
         """
         prep = self._prepare(labels, group_ptr, cache=False)
         s = _as_scores(scores, prep.labels.shape[0])
-        return self._grad_hess(s, prep, doc_weights(weights, prep.group_ptr), hessian)
+        return self._scaled_grad_hess(s, prep, doc_weights(weights, prep.group_ptr), hessian)
 
     def __call__(self, preds, data, weight=None, group=None):
         """Host-library entry point: ``f(preds, lgb.Dataset)`` (``lgb.train``),
@@ -384,7 +387,7 @@ class _ApproxObjective:
             return np.zeros(0), np.zeros(0)  # a Dask worker that holds no training rows
         prep = self._prepare(data.labels, data.group_ptr, cache=True)
         s = _as_scores(scores, prep.labels.shape[0])
-        return self._grad_hess(s, prep, data.doc_weights(), None, data.threads)
+        return self._scaled_grad_hess(s, prep, data.doc_weights(), None, data.threads)
 
     # -- the measure ------------------------------------------------------------------------------
     def _term_args(self):
@@ -404,6 +407,16 @@ class _ApproxObjective:
         """Per-document relevance whose order the measure rewards (the saturation warning's
         notion of a misordered query): the gains."""
         return prep.arrays["gains"]
+
+    def _scaled_grad_hess(self, s, prep, weights, hessian, n_threads=None):
+        """:meth:`_grad_hess` with the Hessian times ``hessian_scale`` (but the exact one)."""
+        grad, hess = self._grad_hess(s, prep, weights, hessian, n_threads)
+        self._scale_hessian(hess, hessian)
+        return grad, hess
+
+    def _scale_hessian(self, hess, hessian):
+        if self.hessian_scale != 1.0 and (self.hessian if hessian is None else hessian) != "exact":
+            hess *= self.hessian_scale
 
     def _grad_hess(self, s, prep, weights, hessian, n_threads=None):
         grad, hess = self._kernel_grad_hess(s, prep, prep.arrays, weights, hessian, n_threads)
@@ -450,6 +463,7 @@ class _ApproxObjective:
         else:
             R.ref_separable_grad_hess(s, a["gains"], a["inv_z"], prep.group_ptr, w, self.alpha,
                                       kind, k, beta, theta, *common)
+        self._scale_hessian(hess, hessian)
         return grad, hess, v, e
 
     def _reference_value(self, scores, labels, group_ptr):
@@ -524,9 +538,10 @@ class _ApproxObjective:
 
     def __repr__(self):
         opts = self._options()
+        scale = "" if self.hessian_scale == 1.0 else f", hessian_scale={self.hessian_scale:g}"
         return (
             f"{type(self).__name__}(alpha={self.alpha:g}{opts}, hessian={self.hessian!r}, "
-            f"hessian_floor={self.hessian_floor:g}, normalize={self.normalize})"
+            f"hessian_floor={self.hessian_floor:g}{scale}, normalize={self.normalize})"
         )
 
 
@@ -645,6 +660,13 @@ class ApproxNDCG(_ApproxObjective):
         Floor, relative to the bound (or ``alpha^2 S_k``), of the ``"mixed"`` (or
         ``"mixed_sum"``) Hessian.
     hessian_constant : float, default 1.0
+    hessian_scale : float, default 1.0
+        Multiplies the Hessian handed to the booster (every ``hessian`` but ``"exact"``, which
+        stays the exact diagonal of the Hessian of L). A leaf's Newton value ``-G / (H +
+        lambda)`` becomes ``-G / (hessian_scale H + lambda)``: the same trees as the learning
+        rate divided by ``hessian_scale`` with the leaf L2 ``lambda`` and the minimum child
+        Hessian divided by it too. A scale below 1 lengthens the steps of a Hessian
+        approximation that overestimates the curvature.
     normalize : bool, default True
         Scale each query's gradient and Hessian by ``log2(1 + S) / S``, ``S = sum_i |g_i|``
         (as LightGBM's ``lambdarank_norm``).
@@ -703,6 +725,7 @@ class ApproxNDCG(_ApproxObjective):
         beta=10.0,
         hessian_floor=0.1,
         hessian_constant=1.0,
+        hessian_scale=1.0,
         normalize=True,
         positions="sigmoid",
         pair_force="tangent",
@@ -717,6 +740,7 @@ class ApproxNDCG(_ApproxObjective):
             hessian_floor=hessian_floor,
             hessian_constant=hessian_constant,
             normalize=normalize,
+            hessian_scale=hessian_scale,
         )
         self._k = _check_k(k)
         self.k = k
@@ -864,7 +888,7 @@ class ApproxAP(_ApproxObjective):
         (docs/why_these_defaults.md, section 15). The exact diagonal (and so ``"abs"`` and
         ``"mixed"``) costs O(n R^2) per query, against O(n^2 + n R) for the bounds and
         ``"constant"``.
-    hessian_floor, hessian_constant, normalize
+    hessian_floor, hessian_constant, hessian_scale, normalize
         As in :class:`ApproxNDCG`.
     pair_force : {"tangent", "chord"}, default "tangent"
         "tangent": the gradient of -ApproxAP, a sum over pairs of ``alpha w_kj (v_j - v_k)``
@@ -922,6 +946,7 @@ class ApproxAP(_ApproxObjective):
         hessian="bound",
         hessian_floor=0.1,
         hessian_constant=1.0,
+        hessian_scale=1.0,
         normalize=True,
         pair_force="tangent",
         graded=False,
@@ -932,6 +957,7 @@ class ApproxAP(_ApproxObjective):
             hessian_floor=hessian_floor,
             hessian_constant=hessian_constant,
             normalize=normalize,
+            hessian_scale=hessian_scale,
         )
         self.pair_force = _check_choice("pair_force", pair_force, AP_PAIR_FORCES)
         if not isinstance(graded, (bool, np.bool_)):

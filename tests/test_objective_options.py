@@ -176,3 +176,82 @@ def test_approx_ap_bound_sum_is_the_bound_with_the_triangle_inequality():
         one[a] = 1.0
     np.testing.assert_allclose(obj.grad_hess(s, one, ptr)[1],
                                obj.grad_hess(s, one, ptr, hessian="bound")[1], rtol=1e-12)
+
+
+def _every_measure():
+    from approx_gbdt.measures import MEASURES
+    return [info.instance for info in MEASURES.values()]
+
+
+@pytest.mark.parametrize("obj", _every_measure(), ids=repr)
+def test_hessian_scale_multiplies_every_hessian_but_the_exact_one(obj):
+    s, y, ptr = _queries(sizes=(1, 2, 9, 31, 60))
+    y[ptr[2]:ptr[3]] = 0.0  # a query with no relevant document
+    s[ptr[3]:ptr[3] + 4] = 0.5  # ties
+    scaled = obj.replace(hessian_scale=0.3)
+    for hessian in obj._hessians:
+        g1, h1 = obj.grad_hess(s, y, ptr, hessian=hessian)
+        g2, h2 = scaled.grad_hess(s, y, ptr, hessian=hessian)
+        np.testing.assert_array_equal(g2, g1)
+        if hessian == "exact":
+            np.testing.assert_array_equal(h2, h1)
+        else:
+            assert np.any(h1 > 0)
+            np.testing.assert_allclose(h2, 0.3 * h1, rtol=1e-15, atol=0)
+
+
+def test_hessian_scale_reaches_the_host_call_and_the_reference():
+    s, y, ptr = _queries()
+    obj = ApproxAP(hessian_scale=0.25)
+    g, h = obj(y, s, None, np.diff(ptr))  # LGBMRanker's f(y_true, y_pred, weight, group)
+    g1, h1 = ApproxAP().grad_hess(s, y, ptr)
+    np.testing.assert_array_equal(g, g1)
+    np.testing.assert_array_equal(h, 0.25 * h1)
+    gr, hr, _, _ = obj._reference_grad_hess(s, y, ptr)
+    np.testing.assert_allclose(gr, g1, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(hr, 0.25 * h1, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1.0, ValueError),
+                                        (float("nan"), ValueError), (float("inf"), ValueError),
+                                        (True, TypeError), ("0.5", TypeError)])
+def test_hessian_scale_is_checked(bad, error):
+    with pytest.raises(error, match="hessian_scale"):
+        ApproxNDCG(hessian_scale=bad)
+
+
+def test_hessian_scale_in_repr_and_params():
+    obj = ApproxNDCG(hessian_scale=0.5)
+    assert "hessian_scale=0.5" in repr(obj) and obj.get_params()["hessian_scale"] == 0.5
+    assert "hessian_scale" not in repr(ApproxNDCG(hessian_scale=1))
+    assert parse_objective("approx_ap", hessian_scale=0.5).hessian_scale == 0.5
+
+
+@pytest.mark.parametrize("host", ["lightgbm", "xgboost"])
+def test_hessian_scale_is_the_learning_rate_with_l2_and_min_child_hessian(host):
+    """hessian_scale c at learning rate eta, leaf L2 lambda and minimum child Hessian m grows
+    the trees of scale 1 at eta / c, lambda / c and m / c (c a power of 2: no rounding)."""
+    d = make_ranking_splits((40, 5, 10), seed=3, docs_per_query=(10, 30))
+    tr, te = d["train"], d["test"]
+    c = 0.25
+    preds = []
+    for scale, div in ((c, 1.0), (1.0, c)):
+        obj = ApproxAP(hessian_scale=scale)
+        if host == "lightgbm":
+            lgb = pytest.importorskip("lightgbm")
+            params = {"objective": obj, "learning_rate": 0.05 / div, "lambda_l2": 1.0 / div,
+                      "min_sum_hessian_in_leaf": 1e-3 / div, "num_leaves": 7, "verbose": -1,
+                      "num_threads": 1, "deterministic": True}
+            bst = lgb.train(params, lgb.Dataset(tr.X, tr.y, group=np.diff(tr.group_ptr)),
+                            num_boost_round=10)
+            preds.append(bst.predict(te.X))
+        else:
+            xgb = pytest.importorskip("xgboost")
+            dtrain = xgb.DMatrix(tr.X, tr.y)
+            dtrain.set_group(np.diff(tr.group_ptr))
+            params = {"eta": 0.05 / div, "lambda": 1.0 / div, "min_child_weight": 1e-3 / div,
+                      "max_depth": 4, "nthread": 1, "base_score": 0.0}
+            bst = xgb.train(params, dtrain, num_boost_round=10, obj=obj)
+            preds.append(bst.predict(xgb.DMatrix(te.X)))
+    assert np.std(preds[0]) > 0.01
+    np.testing.assert_allclose(preds[0], preds[1], rtol=1e-6, atol=1e-7)
