@@ -70,7 +70,7 @@ def close(got, want):
 def test_chord_forces_against_dense_reference(spread, ties):
     """Spread 40: most pairs saturated, outside the pair loop's windows."""
     s, y, ptr = queries(1, spread=spread, ties=ties)
-    obj = ApproxAP(alpha=2.0, beta=0.7, pair_force="chord", normalize=False)
+    obj = ApproxAP(alpha=2.0, beta=0.7, pair_force="chord", normalize=False, hessian_scale=1.0)
     g, h = obj.grad_hess(s, y, ptr)
     g_ref, h_ref = dense_chord(s, y, ptr, alpha=2.0, beta=0.7)
     close(g, g_ref)
@@ -87,7 +87,7 @@ def test_chord_forces_against_dense_reference(spread, ties):
 
 def test_threshold_and_normalisation():
     s, y, ptr = queries(2)
-    g, h = ApproxAP(pair_force="chord", threshold=2.0).grad_hess(s, y, ptr)
+    g, h = ApproxAP(pair_force="chord", threshold=2.0, hessian_scale=1.0).grad_hess(s, y, ptr)
     g_ref, h_ref = dense_chord(s, y, ptr, alpha=10.0, beta=0.3, threshold=2.0)
     for a, b in zip(ptr[:-1], ptr[1:]):  # normalize=True: log2(1 + S) / S with S = sum |g|
         tot = np.abs(g_ref[a:b]).sum()
@@ -255,7 +255,8 @@ def test_graded_is_the_mean_of_the_normalised_levels(pair_force):
     close(g, sum(p[0] for p in parts) / 3)
     close(h, sum(p[1] for p in parts) / 3)
     if pair_force == "chord":
-        obj = ApproxAP(alpha=2.0, beta=0.7, pair_force="chord", graded=True, normalize=False)
+        obj = ApproxAP(alpha=2.0, beta=0.7, pair_force="chord", graded=True, normalize=False,
+                       hessian_scale=1.0)
         g, h = obj.grad_hess(s, y, ptr)
         refs = [dense_chord(s, y, ptr, alpha=2.0, beta=0.7, threshold=t) for t in (1.0, 2.0, 3.0)]
         close(g, sum(r[0] for r in refs) / 3)

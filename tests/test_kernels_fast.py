@@ -48,7 +48,8 @@ def _fast(obj, s, y, ptr, mode, w, par_min=K._PAR_MIN, order=None, split_share=0
     obj._par_min = par_min
     obj._split_share = split_share  # 0: every query of at least par_min takes the row split
     obj._small_n = small_n  # 0: the short queries take the windowed loops
-    return obj._grad_hess(s, prep, doc_weights(w if w.size else None, prep.group_ptr), mode)
+    return obj._scaled_grad_hess(s, prep, doc_weights(w if w.size else None, prep.group_ptr),
+                                 mode)
 
 
 def _check(ref, fast, ptr, bound, what):

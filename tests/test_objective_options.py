@@ -74,6 +74,7 @@ def test_ready_made_defaults():
     assert approx_ndcg_obj.hessian == "mixed" and approx_ndcg_obj.hessian_floor == 0.1
     assert approx_ndcg_obj.normalize and approx_ndcg_obj.alpha == 10.0 and approx_ndcg_obj.k is None
     assert approx_ap_obj.hessian == "bound" and approx_ap_obj.beta == 0.3
+    assert approx_ap_obj.hessian_scale == 0.5 and approx_ndcg_obj.hessian_scale == 1.0
     assert approx_ap_obj.normalize and approx_ap_obj.alpha == 10.0
     assert repr(ApproxNDCG()) == repr(approx_ndcg_obj)
     assert repr(ApproxAP()) == repr(approx_ap_obj)
@@ -155,7 +156,7 @@ def test_approx_ap_bound_sum_is_the_bound_with_the_triangle_inequality():
     reference loops' ``v`` (numpy, every pair)."""
     s, y, ptr = _queries()
     y = (y >= 1).astype(float)
-    obj = ApproxAP(hessian="bound_sum", normalize=False)
+    obj = ApproxAP(hessian="bound_sum", normalize=False, hessian_scale=1.0)
     _, h_sum = obj.grad_hess(s, y, ptr)
     _, h_bound = obj.grad_hess(s, y, ptr, hessian="bound")
     assert np.all(h_sum >= h_bound - 1e-12 * np.abs(h_bound).max())
@@ -204,7 +205,7 @@ def test_hessian_scale_reaches_the_host_call_and_the_reference():
     s, y, ptr = _queries()
     obj = ApproxAP(hessian_scale=0.25)
     g, h = obj(y, s, None, np.diff(ptr))  # LGBMRanker's f(y_true, y_pred, weight, group)
-    g1, h1 = ApproxAP().grad_hess(s, y, ptr)
+    g1, h1 = ApproxAP(hessian_scale=1.0).grad_hess(s, y, ptr)
     np.testing.assert_array_equal(g, g1)
     np.testing.assert_array_equal(h, 0.25 * h1)
     gr, hr, _, _ = obj._reference_grad_hess(s, y, ptr)
