@@ -189,6 +189,7 @@ def test_hessian_scale_multiplies_every_hessian_but_the_exact_one(obj):
     s, y, ptr = _queries(sizes=(1, 2, 9, 31, 60))
     y[ptr[2]:ptr[3]] = 0.0  # a query with no relevant document
     s[ptr[3]:ptr[3] + 4] = 0.5  # ties
+    obj = obj.replace(hessian_scale=1.0)
     scaled = obj.replace(hessian_scale=0.3)
     for hessian in obj._hessians:
         g1, h1 = obj.grad_hess(s, y, ptr, hessian=hessian)
@@ -219,6 +220,25 @@ def test_hessian_scale_reaches_the_host_call_and_the_reference():
 def test_hessian_scale_is_checked(bad, error):
     with pytest.raises(error, match="hessian_scale"):
         ApproxNDCG(hessian_scale=bad)
+
+
+def test_hessian_scale_leaves_an_exact_instance_exact():
+    s, y, ptr = _queries()
+    exact = ApproxNDCG(hessian="exact").grad_hess(s, y, ptr)[1]
+    obj = ApproxNDCG(hessian="exact", hessian_scale=0.3)
+    np.testing.assert_array_equal(obj.grad_hess(s, y, ptr)[1], exact)
+    np.testing.assert_array_equal(obj(y, s, None, np.diff(ptr))[1], exact)
+    assert np.any(exact < 0)
+
+
+def test_hessian_scale_survives_pickle_and_set_params():
+    import pickle
+
+    obj = ApproxAP(hessian_scale=0.25)
+    assert pickle.loads(pickle.dumps(obj)).hessian_scale == 0.25
+    assert obj.set_params(hessian_scale=2.0) is obj and obj.hessian_scale == 2.0
+    with pytest.raises(ValueError, match="hessian_scale"):
+        obj.set_params(hessian_scale=0.0)
 
 
 def test_hessian_scale_in_repr_and_params():
