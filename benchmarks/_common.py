@@ -274,7 +274,7 @@ NATIVE = {
 POINTWISE = {"lgb": ("regression",), "xgb": ("reg:squarederror",), "cb": ("RMSE",)}
 # Weighted pairwise logistic losses of the literature (benchmark only, for screening:
 # benchmarks/_pair_objectives.py): NDCG-Loss2++ of LambdaLoss, YetiRank's pair weights.
-BENCH_PAIR = ("lambdaloss", "yetirank_pairs")
+BENCH_PAIR = ("lambdaloss", "yetirank_pairs", "ap_cross", "ndcg_cross")
 # The registry (approx_ndcg, approx_ap, ...), SoftNDCG and the benchmark's pair losses: the
 # objectives the benchmark hands to a host as Python objects.
 APPROX = (*OBJECTIVES, "soft_ndcg", *BENCH_PAIR)

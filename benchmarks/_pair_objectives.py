@@ -15,6 +15,21 @@ objectives (``log2(1 + S) / S``, ``S = sum |dL/ds|``). Host weights (a Dataset's
   ``0.15 decay^k |y_a - y_b|`` (``k`` 0-based); the weights are averaged over the
   permutations. With ``p = sigmoid(s_i - s_j)`` a pair adds ``-w (1 - p)`` to ``dL/ds_i``,
   ``+w (1 - p)`` to ``dL/ds_j`` and ``w p (1 - p)`` to both Hessian diagonals.
+- :class:`APCrossPairs`: ApproxAP's tangent pair forces (``ApproxAP``'s docstring) kept on the
+  pairs of a relevant and an irrelevant document only. With ``v_m = d ApproxAP / d pos^_m``
+  (zero for an irrelevant document) and ``w_im = alpha sig'(alpha (s_i - s_m))``, the
+  gradient of ``-ApproxAP`` is ``-sum_m w_im (v_m - v_i)`` over every pair; here a relevant
+  ``i`` keeps ``v_i sum_{m irrelevant} w_im`` and an irrelevant ``i`` keeps
+  ``-sum_{m relevant} w_im v_m``: two relevant documents no longer pull on each other, which
+  swapping them cannot reward (docs/why_these_defaults.md, section 16). Hessian: the bound
+  ``alpha sum w_im |v_m - v_i|`` over the same pairs, times ``hessian_scale``. ``graded``:
+  the mean over the label values >= 1 of the query, each level a binary ApproxAP.
+  O(n^2) per query; for screening on lists of a few hundred documents.
+- :class:`NDCGCrossPairs`: the same for ApproxNDCG, ``v_i = d ApproxNDCG / d pos^_i =
+  -(2^y_i - 1) / (Z ln 2 (1 + pos^_i) log2(1 + pos^_i)^2)``: the forces between two documents
+  of equal label (which swapping them cannot reward) are dropped; Hessian ``hessian_scale``
+  times the bound over the pairs kept (0.1: the floor of ApproxNDCG's ``"mixed"``, which is
+  the Hessian at a constant start).
 """
 
 from __future__ import annotations
@@ -55,6 +70,116 @@ def _yetirank_grad_hess(s, y, ptr, eps, decay, normalize):
                     hess[j] += w * x * (1.0 - x)
                 c *= decay
         finish_query(grad[lo:hi], hess[lo:hi], no_weights, normalize)
+    return grad, hess
+
+
+@njit(cache=True)
+def _pair_forces(s, y, v, alpha, cross, g, h):
+    """``g_i -= sum_m w_im (v_m - v_i)``, ``h_i += alpha sum_m w_im |v_m - v_i|`` over the pairs
+    of different labels (every pair unless ``cross``)."""
+    n = s.shape[0]
+    for i in range(n):
+        for m in range(n):
+            if m == i or (cross and y[i] == y[m]):
+                continue
+            e = 1.0 / (1.0 + np.exp(-alpha * (s[i] - s[m])))
+            w = alpha * e * (1.0 - e)
+            g[i] -= w * (v[m] - v[i])
+            h[i] += alpha * w * abs(v[m] - v[i])
+
+
+@njit(cache=True)
+def _ap_cross_level(s, rel, alpha, beta, cross, g, h):
+    """Add one level's forces to ``g`` and bounds to ``h`` (unnormalised; module docstring)."""
+    n = s.shape[0]
+    r = 0
+    for i in range(n):
+        r += rel[i]
+    if r == 0 or r == n:
+        return
+    pos = np.ones(n)
+    for i in range(n):
+        for j in range(n):
+            if j != i:
+                pos[i] += 1.0 / (1.0 + np.exp(-alpha * (s[j] - s[i])))
+    # v_y = d/dpos_y of (1/R) sum_y r_y N_y / pos_y,
+    # N_y = 1 + sum_{x != y} r_x sig(beta (pos_y - pos_x))
+    v = np.zeros(n)
+    for y in range(n):
+        if rel[y] == 0:
+            continue
+        num = 1.0
+        dnum = 0.0
+        for x in range(n):
+            if x != y and rel[x] == 1:
+                e = 1.0 / (1.0 + np.exp(-beta * (pos[y] - pos[x])))
+                num += e
+                d = beta * e * (1.0 - e)
+                dnum += d
+                v[x] -= d / pos[y] / r
+        v[y] += dnum / pos[y] / r - num / (pos[y] * pos[y]) / r
+    _pair_forces(s, rel, v, alpha, cross, g, h)
+
+
+@njit(cache=True)
+def _ndcg_cross_grad_hess(s, y, ptr, alpha, cross, scale, normalize):
+    n = s.shape[0]
+    grad = np.zeros(n)
+    hess = np.zeros(n)
+    no_weights = np.empty(0)
+    for q in range(ptr.shape[0] - 1):
+        lo, hi = ptr[q], ptr[q + 1]
+        m = hi - lo
+        if m < 2:
+            continue
+        gains = 2.0 ** y[lo:hi] - 1.0
+        ideal = np.sort(gains)[::-1]
+        z = 0.0
+        for r in range(m):
+            z += ideal[r] / np.log2(r + 2.0)
+        if z == 0.0:
+            continue
+        sq = s[lo:hi]
+        v = np.zeros(m)
+        for i in range(m):
+            p = 1.0
+            for j in range(m):
+                if j != i:
+                    p += 1.0 / (1.0 + np.exp(-alpha * (sq[j] - sq[i])))
+            lg = np.log2(1.0 + p)
+            v[i] = -gains[i] / (z * np.log(2.0) * (1.0 + p) * lg * lg)
+        gq = np.zeros(m)
+        hq = np.zeros(m)
+        _pair_forces(sq, y[lo:hi], v, alpha, cross, gq, hq)
+        finish_query(gq, hq, no_weights, normalize)
+        grad[lo:hi] = gq
+        hess[lo:hi] = scale * hq
+    return grad, hess
+
+
+@njit(cache=True)
+def _ap_cross_grad_hess(s, y, ptr, alpha, beta, cross, graded, scale, normalize):
+    n = s.shape[0]
+    grad = np.zeros(n)
+    hess = np.zeros(n)
+    no_weights = np.empty(0)
+    for q in range(ptr.shape[0] - 1):
+        lo, hi = ptr[q], ptr[q + 1]
+        if hi - lo < 2:
+            continue
+        yq = y[lo:hi]
+        levels = np.unique(yq[yq >= 1.0]) if graded else np.ones(1)
+        gq = np.zeros(hi - lo)
+        hq = np.zeros(hi - lo)
+        for t in levels:
+            rel = (yq >= t).astype(np.int64)
+            _ap_cross_level(s[lo:hi], rel, alpha, beta, cross, gq, hq)
+        if levels.shape[0] > 0:
+            gq /= levels.shape[0]
+            hq /= levels.shape[0]
+        finish_query(gq, hq, no_weights, normalize)
+        grad[lo:hi] = gq
+        hess[lo:hi] = scale * hq
     return grad, hess
 
 
@@ -128,4 +253,39 @@ class YetiRankPairs(_PairObjective):
                                    self.decay, bool(self.normalize))
 
 
-BENCH_PAIR_OBJECTIVES = {"lambdaloss": LambdaLoss2pp, "yetirank_pairs": YetiRankPairs}
+class APCrossPairs(_PairObjective):
+    """ApproxAP's tangent forces on the pairs of a relevant and an irrelevant document only
+    (module docstring); ``cross=False`` keeps every pair (ApproxAP's own gradient)."""
+
+    _options = ("alpha", "beta", "cross", "graded", "hessian_scale", "normalize")
+
+    def __init__(self, *, alpha=10.0, beta=0.3, cross=True, graded=False, hessian_scale=0.5,
+                 normalize=True):
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.cross, self.graded = bool(cross), bool(graded)
+        self.hessian_scale, self.normalize = float(hessian_scale), bool(normalize)
+
+    def grad_hess(self, scores, labels, group_ptr):
+        s, y, ptr = self._arrays(scores, labels, group_ptr)
+        return _ap_cross_grad_hess(s, y, ptr, self.alpha, self.beta, self.cross, self.graded,
+                                   self.hessian_scale, self.normalize)
+
+
+class NDCGCrossPairs(_PairObjective):
+    """ApproxNDCG's tangent forces without the pairs of equal label (module docstring);
+    ``cross=False`` keeps every pair (ApproxNDCG's own gradient)."""
+
+    _options = ("alpha", "cross", "hessian_scale", "normalize")
+
+    def __init__(self, *, alpha=10.0, cross=True, hessian_scale=0.1, normalize=True):
+        self.alpha, self.cross = float(alpha), bool(cross)
+        self.hessian_scale, self.normalize = float(hessian_scale), bool(normalize)
+
+    def grad_hess(self, scores, labels, group_ptr):
+        s, y, ptr = self._arrays(scores, labels, group_ptr)
+        return _ndcg_cross_grad_hess(s, y, ptr, self.alpha, self.cross, self.hessian_scale,
+                                     self.normalize)
+
+
+BENCH_PAIR_OBJECTIVES = {"lambdaloss": LambdaLoss2pp, "yetirank_pairs": YetiRankPairs,
+                         "ap_cross": APCrossPairs, "ndcg_cross": NDCGCrossPairs}

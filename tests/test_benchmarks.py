@@ -390,3 +390,105 @@ def test_yetirank_pairs_against_autograd_and_seeded():
     assert not np.array_equal(runs[0][0], runs[0][1])
     m = C.parse_method("lgb:yetirank_pairs(decay=0.5,num_leaves=7)")
     assert C.split_options(m) == ({"decay": 0.5}, {"num_leaves": 7})
+
+
+def test_ap_cross_pairs_against_autograd():
+    """``ap_cross``: ApproxAP's pair forces ``w_im (v_m - v_i)`` on the pairs of a relevant and
+    an irrelevant document only, with ``v = d ApproxAP / d pos^`` from autograd; every pair
+    (``cross=False``) is the package's ApproxAP."""
+    torch = pytest.importorskip("torch")
+    from approx_gbdt import ApproxAP
+    from tests.reference import torch_approx_ap
+
+    C = _load_common()
+    s, y, ptr = _pair_queries()
+    alpha, beta = 10.0, 0.3
+    g_ref, h_ref = np.zeros_like(s), np.zeros_like(s)
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        sq, yq = s[a:b], y[a:b]
+        rel = yq >= 1
+        if b - a < 2 or not rel.any():
+            continue
+        p = torch.tensor(1.0 + (1.0 / (1.0 + np.exp(-alpha * (sq[None, :] - sq[:, None]))))
+                         .sum(1) - 0.5, requires_grad=True)
+        r = torch.tensor(rel.astype(float))
+        ind = torch.sigmoid(beta * (p[:, None] - p[None, :]))
+        inner = 1.0 + (ind * r[None, :]).sum(1) - torch.diagonal(ind) * r
+        v = torch.autograd.grad((r / p * inner).sum() / r.sum(), p)[0].numpy()
+        e = 1.0 / (1.0 + np.exp(-alpha * (sq[:, None] - sq[None, :])))
+        w = alpha * e * (1.0 - e)
+        keep = rel[:, None] != rel[None, :]
+        g = -(w * (v[None, :] - v[:, None]) * keep).sum(1)
+        h = alpha * (w * np.abs(v[None, :] - v[:, None]) * keep).sum(1)
+        g_ref[a:b], h_ref[a:b] = g, h
+    obj = C.make_objective("ap_cross", {"normalize": False, "hessian_scale": 1.0})
+    g, h = obj.grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g, g_ref, atol=1e-12)
+    np.testing.assert_allclose(h, h_ref, atol=1e-12)
+    assert g[ptr[1]] == 0 and np.all(g[ptr[3]:ptr[4]] == 0)
+    for a, b in zip(ptr[:-1], ptr[1:]):  # the forces come in opposite pairs
+        assert abs(g[a:b].sum()) < 1e-12
+    # every pair: ApproxAP's own gradient, its bound Hessian and its per-query normalisation
+    full = obj.replace(cross=False, normalize=True)
+    g_all, h_all = full.grad_hess(s, y, ptr)
+    g_pkg, h_pkg = ApproxAP(hessian_scale=1.0).grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g_all, g_pkg, atol=1e-13)
+    np.testing.assert_allclose(h_all, h_pkg, atol=1e-12)
+    # ... and its value's gradient by autograd (the positions are the reference's own)
+    st = torch.tensor(s[:ptr[1]], requires_grad=True)
+    val = torch_approx_ap(st, torch.tensor(y[:ptr[1]]), alpha=alpha, beta=beta)
+    g_auto = -torch.autograd.grad(val, st)[0].numpy()
+    g_raw = full.replace(normalize=False).grad_hess(s[:ptr[1]], y[:ptr[1]],
+                                                    np.array([0, ptr[1]]))[0]
+    np.testing.assert_allclose(g_raw, g_auto, atol=1e-12)
+    # graded: the mean of the levels' forces; scale multiplies the Hessian only
+    gg, hg = obj.replace(graded=True, hessian_scale=0.5).grad_hess(s, y, ptr)
+    a, b = ptr[0], ptr[1]
+    levels = np.unique(y[a:b][y[a:b] >= 1])
+    parts = [obj.grad_hess(s[a:b], (y[a:b] >= t).astype(float), np.array([0, b - a]))
+             for t in levels]
+    np.testing.assert_allclose(gg[a:b], np.mean([q[0] for q in parts], 0), atol=1e-13)
+    np.testing.assert_allclose(hg[a:b], 0.5 * np.mean([q[1] for q in parts], 0), atol=1e-13)
+
+
+def test_ndcg_cross_pairs_against_autograd():
+    """``ndcg_cross``: ApproxNDCG's pair forces without the pairs of equal label, ``v`` by
+    autograd; every pair (``cross=False``) is ApproxNDCG's gradient and its bound Hessian."""
+    torch = pytest.importorskip("torch")
+    from approx_gbdt import ApproxNDCG
+    from tests.reference import torch_approx_ndcg
+
+    C = _load_common()
+    s, y, ptr = _pair_queries()
+    alpha = 10.0
+    g_ref, h_ref = np.zeros_like(s), np.zeros_like(s)
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        sq, yq = s[a:b], y[a:b]
+        gains = 2.0**yq - 1.0
+        if b - a < 2 or not gains.any():
+            continue
+        z = (np.sort(gains)[::-1] / np.log2(np.arange(b - a) + 2.0)).sum()
+        p = torch.tensor(1.0 + (1.0 / (1.0 + np.exp(-alpha * (sq[None, :] - sq[:, None]))))
+                         .sum(1) - 0.5, requires_grad=True)
+        v = torch.autograd.grad((torch.tensor(gains) / torch.log2(1.0 + p)).sum() / z, p)[0]
+        v = v.numpy()
+        e = 1.0 / (1.0 + np.exp(-alpha * (sq[:, None] - sq[None, :])))
+        w = alpha * e * (1.0 - e)
+        keep = yq[:, None] != yq[None, :]
+        g_ref[a:b] = -(w * (v[None, :] - v[:, None]) * keep).sum(1)
+        h_ref[a:b] = 0.1 * alpha * (w * np.abs(v[None, :] - v[:, None]) * keep).sum(1)
+    obj = C.make_objective("ndcg_cross", {"normalize": False})
+    g, h = obj.grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g, g_ref, atol=1e-12)
+    np.testing.assert_allclose(h, h_ref, atol=1e-12)
+    assert g[ptr[1]] == 0 and np.all(g[ptr[3]:ptr[4]] == 0)
+    full = obj.replace(cross=False, normalize=True, hessian_scale=1.0)
+    g_all, h_all = full.grad_hess(s, y, ptr)
+    g_pkg, h_pkg = ApproxNDCG(hessian="bound").grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g_all, g_pkg, atol=1e-13)
+    np.testing.assert_allclose(h_all, h_pkg, atol=1e-12)
+    st = torch.tensor(s[:ptr[1]], requires_grad=True)
+    val = torch_approx_ndcg(st, torch.tensor(y[:ptr[1]]), alpha=alpha)
+    g_raw = full.replace(normalize=False).grad_hess(s[:ptr[1]], y[:ptr[1]],
+                                                    np.array([0, ptr[1]]))[0]
+    np.testing.assert_allclose(g_raw, -torch.autograd.grad(val, st)[0].numpy(), atol=1e-12)
