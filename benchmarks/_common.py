@@ -272,8 +272,9 @@ NATIVE = {
 # Pointwise regression on the labels, each host's own: baselines that tell the trees from the
 # ranking loss (not peers: the best-peer ratio ignores them).
 POINTWISE = {"lgb": ("regression",), "xgb": ("reg:squarederror",), "cb": ("RMSE",)}
-# Weighted pairwise logistic losses of the literature (benchmark only, for screening:
-# benchmarks/_pair_objectives.py): NDCG-Loss2++ of LambdaLoss, YetiRank's pair weights.
+# Objectives for screening (benchmark only: benchmarks/_pair_objectives.py): NDCG-Loss2++ of
+# LambdaLoss, YetiRank's pair weights, and ApproxAP's / ApproxNDCG's tangent forces without the
+# pairs of two documents of one grade.
 BENCH_PAIR = ("lambdaloss", "yetirank_pairs", "ap_cross", "ndcg_cross")
 # The registry (approx_ndcg, approx_ap, ...), SoftNDCG and the benchmark's pair losses: the
 # objectives the benchmark hands to a host as Python objects.

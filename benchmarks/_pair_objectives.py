@@ -1,10 +1,11 @@
-"""Weighted pairwise logistic objectives of the literature, for screening (benchmark only).
+"""Objectives for screening (benchmark only): pair losses of the literature and variants of
+the approx objectives' pair forces.
 
-Both are ``L = sum_{(i, j)} w_ij log(1 + exp(-(s_i - s_j)))`` over pairs in which ``i`` has the
-higher label, with pair weights ``w_ij`` computed from the current scores and held fixed while
-differentiating (as LambdaMART and LambdaLoss do), normalised per query as the approx
-objectives (``log2(1 + S) / S``, ``S = sum |dL/ds|``). Host weights (a Dataset's
-``weight``) are not applied: the benchmark trains without them.
+The first two are ``L = sum_{(i, j)} w_ij log(1 + exp(-(s_i - s_j)))`` over pairs in which ``i``
+has the higher label, with pair weights ``w_ij`` computed from the current scores and held fixed
+while differentiating (as LambdaMART and LambdaLoss do). Every objective here is normalised per
+query as the approx objectives (``log2(1 + S) / S``, ``S = sum |dL/ds|``). Host weights (a
+Dataset's ``weight``) are not applied: the benchmark trains without them.
 
 - :class:`LambdaLoss2pp`: LambdaLoss's NDCG-Loss2++ (Wang et al., CIKM 2018) with any ``mu``,
   by the package's kernel (``approx_gbdt._lambdaloss``; ``ApproxNDCG(lambdaloss=w)`` mixes it
@@ -23,7 +24,9 @@ objectives (``log2(1 + S) / S``, ``S = sum |dL/ds|``). Host weights (a Dataset's
   ``-sum_{m relevant} w_im v_m``: two relevant documents no longer pull on each other, which
   swapping them cannot reward (docs/why_these_defaults.md, section 16). Hessian: the bound
   ``alpha sum w_im |v_m - v_i|`` over the same pairs, times ``hessian_scale``. ``graded``:
-  the mean over the label values >= 1 of the query, each level a binary ApproxAP.
+  the mean over the label values >= 1 of the query, each level a binary ApproxAP, normalised
+  after the mean (``ApproxAP(graded=True)`` takes the dataset's label values, a level a query
+  lacks adding 0, and normalises each level).
   O(n^2) per query; for screening on lists of a few hundred documents.
 - :class:`NDCGCrossPairs`: the same for ApproxNDCG, ``v_i = d ApproxNDCG / d pos^_i =
   -(2^y_i - 1) / (Z ln 2 (1 + pos^_i) log2(1 + pos^_i)^2)``: the forces between two documents
@@ -95,29 +98,29 @@ def _ap_cross_level(s, rel, alpha, beta, cross, g, h):
     r = 0
     for i in range(n):
         r += rel[i]
-    if r == 0 or r == n:
+    if r == 0 or (cross and r == n):  # no pair of a relevant and an irrelevant document
         return
     pos = np.ones(n)
     for i in range(n):
         for j in range(n):
             if j != i:
                 pos[i] += 1.0 / (1.0 + np.exp(-alpha * (s[j] - s[i])))
-    # v_y = d/dpos_y of (1/R) sum_y r_y N_y / pos_y,
-    # N_y = 1 + sum_{x != y} r_x sig(beta (pos_y - pos_x))
+    # v_k = d/dpos_k of (1/R) sum_k r_k N_k / pos_k,
+    # N_k = 1 + sum_{x != k} r_x sig(beta (pos_k - pos_x))
     v = np.zeros(n)
-    for y in range(n):
-        if rel[y] == 0:
+    for k in range(n):
+        if rel[k] == 0:
             continue
         num = 1.0
         dnum = 0.0
         for x in range(n):
-            if x != y and rel[x] == 1:
-                e = 1.0 / (1.0 + np.exp(-beta * (pos[y] - pos[x])))
+            if x != k and rel[x] == 1:
+                e = 1.0 / (1.0 + np.exp(-beta * (pos[k] - pos[x])))
                 num += e
                 d = beta * e * (1.0 - e)
                 dnum += d
-                v[x] -= d / pos[y] / r
-        v[y] += dnum / pos[y] / r - num / (pos[y] * pos[y]) / r
+                v[x] -= d / pos[k] / r
+        v[k] += dnum / pos[k] / r - num / (pos[k] * pos[k]) / r
     _pair_forces(s, rel, v, alpha, cross, g, h)
 
 

@@ -434,6 +434,12 @@ def test_ap_cross_pairs_against_autograd():
     g_pkg, h_pkg = ApproxAP(hessian_scale=1.0).grad_hess(s, y, ptr)
     np.testing.assert_allclose(g_all, g_pkg, atol=1e-13)
     np.testing.assert_allclose(h_all, h_pkg, atol=1e-12)
+    y_all = np.array([1.0, 2.0, 1.0, 3.0])  # every document relevant: no cross pair
+    one = np.array([0, 4])
+    np.testing.assert_allclose(full.grad_hess(s[:4], y_all, one)[0],
+                               ApproxAP(hessian_scale=1.0).grad_hess(s[:4], y_all, one)[0],
+                               atol=1e-13)
+    assert np.all(obj.grad_hess(s[:4], y_all, one)[0] == 0)
     # ... and its value's gradient by autograd (the positions are the reference's own)
     st = torch.tensor(s[:ptr[1]], requires_grad=True)
     val = torch_approx_ap(st, torch.tensor(y[:ptr[1]]), alpha=alpha, beta=beta)
