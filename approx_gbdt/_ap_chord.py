@@ -33,7 +33,8 @@ document (``hessian="bound"``), or ``hessian="constant"``. A query without such 
 document, none relevant or all relevant) gets zero gradients and Hessians.
 
 The positions come from the fast kernels (``_kernels.smoothed_positions``, which the caller
-runs first); then per query a sort, ``S`` and ``v`` over the relevant documents (O(R^2)),
+runs first); then per query a sort, ``S`` and ``v`` over the relevant documents (O(R^2),
+one sigmoid per pair of them),
 and the pair terms over each document's window ``alpha |s_j - s_k| <= 37`` (beyond it
 ``w < e^-37``), with ``e^{alpha (s_j - s_k)}`` from one exponential per document and per row
 (the exp blocks of ``_pairs._windows``): O(n log n + n W + R^2) time and O(n) memory per
@@ -41,10 +42,12 @@ query, parallel over queries.
 
 ``ApproxAP(graded=True)`` averages these forces over ``T`` nested relevance levels (a
 document relevant at a level is relevant at every lower one): one pass per query sorts and
-windows the documents once, computes ``S``, ``v`` and the pair terms of each level that has a
-pair of a relevant and an irrelevant document, finishes each level on its own (Hessian mode,
-normalisation, weights) and takes the mean; O(n log n + T (n W + R^2)) time and O(T n)
-memory per query.
+windows the documents once, computes ``S`` and ``v`` of every level from one sigmoid per pair
+of documents relevant at the lowest level (added to each level at which both are relevant),
+the pair terms of each level that has a pair of a relevant and an irrelevant document from
+one weight ``w`` per pair of documents (shared by the levels), finishes each level on its
+own (Hessian mode, normalisation, weights) and takes the mean; O(n log n + T (n W + R^2))
+time, with O(n W + R^2) exponentials and divisions, and O(T n) memory per query.
 """
 
 from __future__ import annotations
@@ -65,26 +68,68 @@ from approx_gbdt._reference import finish_query
 
 
 @njit(cache=True)
-def _relevant_terms(pos, rel, inv_r, beta, v, c):
-    """``v = dM/dpos^`` (ApproxAP's tangent) and ``c = (1 + S) / R`` on the relevant documents
-    ``rel`` (query offsets), O(R^2); zero elsewhere."""
+def _relevant_terms(pos, m, live, inv_r, beta, v, c):
+    """``v[l] = dM/dpos^`` (ApproxAP's tangent) and ``c[l] = (1 + S) / R`` of every live level
+    ``l`` on its relevant documents (those with ``m > l``), zero elsewhere; ``inv_r[l]`` is 1
+    over their number. Each pair of documents relevant at the lowest level takes one sigmoid,
+    added to every level at which both are relevant: O(R^2 / 2) exponentials for all the
+    levels, ``R`` the lowest level's count. Each document's sums run over its partners in
+    document order, as one level's loop over its own relevant documents would."""
+    n = pos.shape[0]
+    nl = live.shape[0]
     v[:] = 0.0
     c[:] = 0.0
-    nr = rel.shape[0]
+    nr = 0
+    for i in range(n):
+        if m[i] > 0:
+            nr += 1
+    idx = np.empty(nr, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        if m[i] > 0:
+            idx[k] = i
+            k += 1
+    above = np.ones((nl, nr))
+    slope = np.zeros((nl, nr))
     for ia in range(nr):
-        pa = pos[rel[ia]]
+        a = idx[ia]
+        pa = pos[a]
         qa = 1.0 / pa
-        above = 1.0
-        slope = 0.0
-        for ib in range(nr):
-            if ib == ia:
-                continue
-            pb = pos[rel[ib]]
-            sab, _, tau = _sig_pair(beta * (pa - pb))
-            above += sab
-            slope += tau * (qa - 1.0 / pb)
-        v[rel[ia]] = (-qa * qa * above + beta * slope) * inv_r
-        c[rel[ia]] = above * inv_r
+        if nl == 1:  # one level: the row's own sums in registers
+            up = above[0, ia]
+            sl = slope[0, ia]
+            for ib in range(ia + 1, nr):
+                pb = pos[idx[ib]]
+                sab, sba, tau = _sig_pair(beta * (pa - pb))
+                qb = 1.0 / pb
+                up += sab
+                sl += tau * (qa - qb)
+                above[0, ib] += sba
+                slope[0, ib] += tau * (qb - qa)
+            above[0, ia] = up
+            slope[0, ia] = sl
+            continue
+        for ib in range(ia + 1, nr):
+            b = idx[ib]
+            top = min(m[a], m[b])
+            pb = pos[b]
+            sab, sba, tau = _sig_pair(beta * (pa - pb))
+            qb = 1.0 / pb
+            for lv in range(top):
+                if live[lv]:
+                    above[lv, ia] += sab
+                    slope[lv, ia] += tau * (qa - qb)
+                    above[lv, ib] += sba
+                    slope[lv, ib] += tau * (qb - qa)
+    for lv in range(nl):
+        if not live[lv]:
+            continue
+        for ia in range(nr):
+            a = idx[ia]
+            if m[a] > lv:
+                qa = 1.0 / pos[a]
+                v[lv, a] = (-qa * qa * above[lv, ia] + beta * slope[lv, ia]) * inv_r[lv]
+                c[lv, a] = above[lv, ia] * inv_r[lv]
 
 
 @njit(fastmath=_FM, cache=True)
@@ -94,15 +139,37 @@ def _row_terms(j0, j1, f, ex, u, p, c_u, c_p, sign, gs, hs):
     to its ``hs``, and the row's sums of ``t`` and ``|t|`` are returned. ``t`` is ``1 / alpha``
     times the relevant document's ``-dM/ds`` term: a relevant row passes ``u = irr``,
     ``p = irr q``, ``(c_u, c_p) = (a_r, b_r)`` and ``sign = 1``; an irrelevant row ``u = a``,
-    ``p = b`` (0 on the irrelevant columns), ``(1, q_r)`` and ``sign = -1``. (``w`` is
-    recomputed for each level: one division per pair, but the same rounding at every number
-    of levels.)"""
+    ``p = b`` (0 on the irrelevant columns), ``(1, q_r)`` and ``sign = -1``."""
     gr = 0.0
     hr = 0.0
     for col in range(j0, j1):
         e = f * ex[col]
         w = e / ((1.0 + e) * (1.0 + e))
         t = w * (c_u * u[col] - c_p * p[col])
+        gs[col] += sign * t
+        at = abs(t)
+        hs[col] += at
+        gr += t
+        hr += at
+    return gr, hr
+
+
+@njit(fastmath=_FM, cache=True)
+def _row_weights(j0, j1, f, ex, wb):
+    """``wb[col] = w`` of the row's pairs with the columns ``j0..j1-1``, as ``_row_terms``
+    computes them, for the levels to share."""
+    for col in range(j0, j1):
+        e = f * ex[col]
+        wb[col] = e / ((1.0 + e) * (1.0 + e))
+
+
+@njit(fastmath=_FM, cache=True)
+def _row_terms_w(j0, j1, wb, u, p, c_u, c_p, sign, gs, hs):
+    """``_row_terms`` with the pair weights ``wb`` computed once for every level."""
+    gr = 0.0
+    hr = 0.0
+    for col in range(j0, j1):
+        t = wb[col] * (c_u * u[col] - c_p * p[col])
         gs[col] += sign * t
         at = abs(t)
         hs[col] += at
@@ -124,8 +191,8 @@ def _pair_terms(s, m, live, alpha, pos, v, c, g, bnd):
     nl = live.shape[0]
     o = np.empty(n, dtype=np.int64)
     argsort_desc(s, o)
-    work = np.zeros((3, n))
-    x, ex, q = work[0], work[1], work[2]
+    work = np.zeros((4, n))
+    x, ex, q, wb = work[0], work[1], work[2], work[3]
     lev = np.zeros((6, nl, n))
     irr, irr_q, a, b, gs, hs = lev[0], lev[1], lev[2], lev[3], lev[4], lev[5]
     ends = np.empty((2, n), dtype=np.int64)
@@ -153,16 +220,28 @@ def _pair_terms(s, m, live, alpha, pos, v, c, g, bnd):
             j0, j1, f = _segment(part, r, r + 1, jend, ends[1, r], x, ex)
             if j0 >= j1:
                 continue
+            if nl == 1:  # one level: the weights in the loop
+                if irr[0, r] == 0.0:  # relevant row: its irrelevant columns
+                    dg, dh = _row_terms(j0, j1, f, ex, irr[0], irr_q[0], a[0, r], b[0, r],
+                                        1.0, gs[0], hs[0])
+                    gr[0] -= dg
+                else:  # irrelevant row: its relevant columns
+                    dg, dh = _row_terms(j0, j1, f, ex, a[0], b[0], 1.0, q[r], -1.0, gs[0],
+                                        hs[0])
+                    gr[0] += dg
+                hr[0] += dh
+                continue
+            _row_weights(j0, j1, f, ex, wb)  # every level: the weights once
             for lv in range(nl):
                 if not live[lv]:
                     continue
-                if irr[lv, r] == 0.0:  # relevant row: its irrelevant columns
-                    dg, dh = _row_terms(j0, j1, f, ex, irr[lv], irr_q[lv], a[lv, r], b[lv, r],
-                                        1.0, gs[lv], hs[lv])
+                if irr[lv, r] == 0.0:
+                    dg, dh = _row_terms_w(j0, j1, wb, irr[lv], irr_q[lv], a[lv, r], b[lv, r],
+                                          1.0, gs[lv], hs[lv])
                     gr[lv] -= dg
-                else:  # irrelevant row: its relevant columns
-                    dg, dh = _row_terms(j0, j1, f, ex, a[lv], b[lv], 1.0, q[r], -1.0, gs[lv],
-                                        hs[lv])
+                else:
+                    dg, dh = _row_terms_w(j0, j1, wb, a[lv], b[lv], 1.0, q[r], -1.0, gs[lv],
+                                          hs[lv])
                     gr[lv] += dg
                 hr[lv] += dh
         for lv in range(nl):
@@ -212,10 +291,7 @@ def ap_chord_grad_hess(s, pos, rel_idx, rel_ptr, inv_r, group_ptr, weights, alph
         work = np.zeros((4, nl, n))
         v, c, g, bnd = work[0], work[1], work[2], work[3]
         pq = pos[a:b]
-        for lv in range(nl):
-            if live[lv]:
-                rel = rel_idx[rel_ptr[lv, q]:rel_ptr[lv, q + 1]]
-                _relevant_terms(pq, rel, inv_r[lv, q], beta, v[lv], c[lv])
+        _relevant_terms(pq, m, live, inv_r[:, q], beta, v, c)
         _pair_terms(s[a:b], m, live, alpha, pq, v, c, g, bnd)
         wq = query_weights(weights, a, b)
         hl = np.empty(n)
