@@ -57,6 +57,7 @@ from numba import njit, prange
 
 from approx_gbdt._pairs import (
     _FM,
+    _T,
     _hessian_of_loss,
     _segment,
     _sig_pair,
@@ -67,30 +68,11 @@ from approx_gbdt._pairs import (
 from approx_gbdt._reference import finish_query
 
 
-@njit(cache=True)
-def _relevant_terms(pos, m, live, inv_r, beta, v, c):
-    """``v[l] = dM/dpos^`` (ApproxAP's tangent) and ``c[l] = (1 + S) / R`` of every live level
-    ``l`` on its relevant documents (those with ``m > l``), zero elsewhere; ``inv_r[l]`` is 1
-    over their number. Each pair of documents relevant at the lowest level takes one sigmoid,
-    added to every level at which both are relevant: O(R^2 / 2) exponentials for all the
-    levels, ``R`` the lowest level's count. Each document's sums run over its partners in
-    document order, as one level's loop over its own relevant documents would."""
-    n = pos.shape[0]
+@njit(inline="always", cache=True)
+def _relevant_all(pos, m, live, l0, idx, nr, beta, above, slope):
+    """``above`` and ``slope`` of ``_relevant_terms`` from every pair of ``idx[:nr]`` (document
+    order): each document's sums run over its partners in document order."""
     nl = live.shape[0]
-    v[:] = 0.0
-    c[:] = 0.0
-    nr = 0
-    for i in range(n):
-        if m[i] > 0:
-            nr += 1
-    idx = np.empty(nr, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        if m[i] > 0:
-            idx[k] = i
-            k += 1
-    above = np.ones((nl, nr))
-    slope = np.zeros((nl, nr))
     for ia in range(nr):
         a = idx[ia]
         pa = pos[a]
@@ -115,12 +97,90 @@ def _relevant_terms(pos, m, live, inv_r, beta, v, c):
             pb = pos[b]
             sab, sba, tau = _sig_pair(beta * (pa - pb))
             qb = 1.0 / pb
-            for lv in range(top):
+            for lv in range(l0, top):
                 if live[lv]:
                     above[lv, ia] += sab
                     slope[lv, ia] += tau * (qa - qb)
                     above[lv, ib] += sba
                     slope[lv, ib] += tau * (qb - qa)
+
+
+@njit(cache=True)
+def _relevant_window(pos, m, live, l0, idx, nr, beta, above, slope):
+    """``above`` and ``slope`` of ``_relevant_terms`` with ``idx[:nr]`` in ascending ``pos^``:
+    the pairs with ``beta |pos^_a - pos^_b| <= _T`` one by one, each farther pair as its
+    saturated value (``sig = 1`` for the document below, 0 for the one above, ``tau = 0``;
+    ``_sig_pair`` rounds them to within ``e^-37`` of that): a count of the documents
+    relevant at each level above the window. O(R log R + R W_beta) time."""
+    nl = live.shape[0]
+    cnt = np.zeros(nl)
+    lo = 0
+    for ia in range(nr):
+        a = idx[ia]
+        pa = pos[a]
+        qa = 1.0 / pa
+        while beta * (pa - pos[idx[lo]]) > _T:  # idx[lo] lies far above a
+            for lv in range(l0, m[idx[lo]]):
+                cnt[lv] += 1.0
+            lo += 1
+        for lv in range(l0, m[a]):
+            above[lv, ia] += cnt[lv]
+        for ib in range(ia + 1, nr):
+            b = idx[ib]
+            pb = pos[b]
+            if beta * (pb - pa) > _T:
+                break
+            top = min(m[a], m[b])
+            sab, sba, tau = _sig_pair(beta * (pa - pb))
+            qb = 1.0 / pb
+            for lv in range(l0, top):
+                if live[lv]:
+                    above[lv, ia] += sab
+                    slope[lv, ia] += tau * (qa - qb)
+                    above[lv, ib] += sba
+                    slope[lv, ib] += tau * (qb - qa)
+
+
+@njit(cache=True)
+def _relevant_terms(pos, m, live, inv_r, beta, v, c):
+    """``v[l] = dM/dpos^`` (ApproxAP's tangent) and ``c[l] = (1 + S) / R`` of every live level
+    ``l`` on its relevant documents (those with ``m > l``), zero elsewhere; ``inv_r[l]`` is 1
+    over their number. Each pair of documents relevant at the lowest live level ``l0`` (the
+    levels below it have no pair of a relevant and an irrelevant document and take no sums)
+    takes one sigmoid, added to every level at which both are relevant: O(R^2 / 2)
+    exponentials for all the levels, ``R`` the count of level ``l0``, in document order (each
+    document's sums over its partners in document order, as one level's loop over its own
+    relevant documents would). Where the relevant documents' positions span more than
+    ``_T / beta`` (about 120 at the default beta), they are taken in the order of their
+    positions, and only the pairs within that distance one by one (``_relevant_window``)."""
+    n = pos.shape[0]
+    nl = live.shape[0]
+    v[:] = 0.0
+    c[:] = 0.0
+    l0 = 0
+    while not live[l0]:  # the caller passes a query with a live level
+        l0 += 1
+    nr = 0
+    for i in range(n):
+        if m[i] > l0:
+            nr += 1
+    idx = np.empty(nr, dtype=np.int64)
+    k = 0
+    p_min = np.inf
+    p_max = -np.inf
+    for i in range(n):
+        if m[i] > l0:
+            idx[k] = i
+            k += 1
+            p_min = min(p_min, pos[i])
+            p_max = max(p_max, pos[i])
+    above = np.ones((nl, nr))
+    slope = np.zeros((nl, nr))
+    if beta * (p_max - p_min) <= _T:
+        _relevant_all(pos, m, live, l0, idx, nr, beta, above, slope)
+    else:
+        idx = idx[np.argsort(pos[idx], kind="mergesort")]
+        _relevant_window(pos, m, live, l0, idx, nr, beta, above, slope)
     for lv in range(nl):
         if not live[lv]:
             continue

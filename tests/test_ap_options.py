@@ -85,6 +85,31 @@ def test_chord_forces_against_dense_reference(spread, ties):
     np.testing.assert_array_equal(h_const, np.where(has_pairs, 1.0, 0.0))
 
 
+@pytest.mark.parametrize("graded", [False, True])
+def test_chord_forces_of_long_queries_against_dense_reference(graded):
+    """Queries whose relevant documents' positions span more than ``37 / beta``: the sums over
+    pairs of relevant documents take only the pairs within that distance one by one and count
+    the farther ones as saturated; labels 0-3, so three levels when graded, and a query whose
+    documents are all relevant at the lowest level."""
+    rng = np.random.default_rng(21)
+    sizes = [400, 250, 90]
+    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    s = rng.normal(size=ptr[-1])
+    s[ptr[1]:ptr[1] + 40] = 0.5  # ties
+    y = rng.integers(0, 4, ptr[-1]).astype(float)
+    y[ptr[1]:ptr[2]] = rng.integers(1, 4, sizes[1])
+    obj = ApproxAP(alpha=2.0, beta=0.7, pair_force="chord", graded=graded, normalize=False,
+                   hessian_scale=1.0)
+    g, h = obj.grad_hess(s, y, ptr)
+    levels = (1.0, 2.0, 3.0) if graded else (1.0,)
+    refs = [dense_chord(s, y, ptr, alpha=2.0, beta=0.7, threshold=t) for t in levels]
+    close(g, sum(r[0] for r in refs) / len(levels))
+    close(h, sum(r[1] for r in refs) / len(levels))
+    assert np.abs(g[:ptr[1]]).max() > 0
+    # all relevant at the lowest level: no force there, only from the higher levels
+    assert (np.abs(g[ptr[1]:ptr[2]]).max() > 0) == graded
+
+
 def test_threshold_and_normalisation():
     s, y, ptr = queries(2)
     g, h = ApproxAP(pair_force="chord", threshold=2.0, hessian_scale=1.0).grad_hess(s, y, ptr)
@@ -261,6 +286,22 @@ def test_graded_is_the_mean_of_the_normalised_levels(pair_force):
         refs = [dense_chord(s, y, ptr, alpha=2.0, beta=0.7, threshold=t) for t in (1.0, 2.0, 3.0)]
         close(g, sum(r[0] for r in refs) / 3)
         close(h, sum(r[1] for r in refs) / 3)
+
+
+def test_graded_chord_with_every_document_relevant_at_the_lowest_level():
+    """Threshold 0: every document is relevant at the lowest level, which adds 0; the other
+    levels as their binary objectives (queries with and without label 0, and with ties)."""
+    rng = np.random.default_rng(12)
+    y = np.array([1, 2, 3, 3, 1, 2, 3, 0, 2, 1, 3, 0, 0, 2], dtype=float)
+    ptr = np.array([0, 7, 14])
+    s = rng.normal(size=14)
+    s[2:5] = 0.1
+    g, h = ApproxAP(graded=True, threshold=0.0, pair_force="chord").grad_hess(s, y, ptr)
+    parts = [ApproxAP(threshold=t, pair_force="chord").grad_hess(s, y, ptr)
+             for t in (1.0, 2.0, 3.0)]
+    close(g, sum(p[0] for p in parts) / 4)
+    close(h, sum(p[1] for p in parts) / 4)
+    assert np.abs(g[:7]).max() > 0
 
 
 def test_graded_levels_start_at_the_threshold_and_skip_absent_labels():
