@@ -33,12 +33,13 @@ document (``hessian="bound"``), or ``hessian="constant"``. A query without such 
 document, none relevant or all relevant) gets zero gradients and Hessians.
 
 The positions come from the fast kernels (``_kernels.smoothed_positions``, which the caller
-runs first); then per query a sort, ``S`` and ``v`` over the relevant documents (O(R^2),
-one sigmoid per pair of them),
+runs first); then per query a sort, ``S`` and ``v`` over the relevant documents (one
+sigmoid per pair of them within ``_T / beta`` positions of each other, the farther pairs
+counted as saturated: O(R log R + R W_beta)),
 and the pair terms over each document's window ``alpha |s_j - s_k| <= 37`` (beyond it
 ``w < e^-37``), with ``e^{alpha (s_j - s_k)}`` from one exponential per document and per row
-(the exp blocks of ``_pairs._windows``): O(n log n + n W + R^2) time and O(n) memory per
-query, parallel over queries.
+(the exp blocks of ``_pairs._windows``): O(n log n + n W + R W_beta) time and O(n) memory
+per query, parallel over queries.
 
 ``ApproxAP(graded=True)`` averages these forces over ``T`` nested relevance levels (a
 document relevant at a level is relevant at every lower one): one pass per query sorts and
@@ -46,8 +47,8 @@ windows the documents once, computes ``S`` and ``v`` of every level from one sig
 of documents relevant at the lowest level (added to each level at which both are relevant),
 the pair terms of each level that has a pair of a relevant and an irrelevant document from
 one weight ``w`` per pair of documents (shared by the levels), finishes each level on its
-own (Hessian mode, normalisation, weights) and takes the mean; O(n log n + T (n W + R^2))
-time, with O(n W + R^2) exponentials and divisions, and O(T n) memory per query.
+own (Hessian mode, normalisation, weights) and takes the mean; O(n log n + T (n W + R W_beta))
+time, with O(n W + R W_beta) exponentials and divisions, and O(T n) memory per query.
 """
 
 from __future__ import annotations

@@ -916,10 +916,11 @@ class ApproxAP(_ApproxObjective):
         ``alpha sum_{k relevant} w_kj v_kj`` for an irrelevant ``j``. Not the gradient of a
         function: its Hessians are "bound" (``alpha^2 sum_j w_kj |v_kj|`` over those pairs)
         and "constant". The positions come from the fast kernels, the pair terms from an
-        O(n log n + n W + R^2) loop per query (``W`` the documents within the sigmoid's
-        window of each, ``R`` the relevant ones; approx_gbdt._ap_chord): 3.8-7.5 times the
-        default's time up to 1,000 documents a query with labels 0-4, O(n^2) on long lists
-        with narrow scores (176 times at 10,000 documents a query with N(0, 1) scores).
+        O(n log n + n W + R W_beta) loop per query (``W`` the documents within the sigmoid's
+        window of each, ``R`` the relevant ones, ``W_beta`` those within ``37 / beta``
+        positions; approx_gbdt._ap_chord): 3.6-6.3 times the default's time up to 1,000
+        documents a query with labels 0-4, O(n^2) on long lists with narrow scores (16 times
+        at 10,000 documents a query with N(0, 1) scores).
     graded : bool, default False
         Average ApproxAP over the relevance levels: with ``t_1 < ... < t_T`` the distinct
         label values at or above ``threshold`` in the dataset the objective is called on (the
@@ -939,7 +940,7 @@ class ApproxAP(_ApproxObjective):
         the benchmarks' graded data sets (docs/why_these_defaults.md, section 18); with
         tangent forces it gains little. Costs up to ``T`` times the binary objective (with
         chord forces the levels share the positions, the sort, the windows, the sigmoids of
-        the relevant pairs and the pair weights: 1.3-1.8 times chord forces alone with labels
+        the relevant pairs and the pair weights: 1.7-3.3 times chord forces alone with labels
         0-4); with a single level it is the binary objective.
     """
 
