@@ -44,7 +44,8 @@ per query, parallel over queries.
 ``ApproxAP(graded=True)`` averages these forces over ``T`` nested relevance levels (a
 document relevant at a level is relevant at every lower one): one pass per query sorts and
 windows the documents once, computes ``S`` and ``v`` of every level from one sigmoid per pair
-of documents relevant at the lowest level (added to each level at which both are relevant),
+of documents relevant at the lowest live level within ``_T / beta`` positions of each other
+(added to each level at which both are relevant),
 the pair terms of each level that has a pair of a relevant and an irrelevant document from
 one weight ``w`` per pair of documents (shared by the levels), finishes each level on its
 own (Hessian mode, normalisation, weights) and takes the mean; O(n log n + T (n W + R W_beta))
@@ -148,12 +149,13 @@ def _relevant_terms(pos, m, live, inv_r, beta, v, c):
     ``l`` on its relevant documents (those with ``m > l``), zero elsewhere; ``inv_r[l]`` is 1
     over their number. Each pair of documents relevant at the lowest live level ``l0`` (the
     levels below it have no pair of a relevant and an irrelevant document and take no sums)
-    takes one sigmoid, added to every level at which both are relevant: O(R^2 / 2)
-    exponentials for all the levels, ``R`` the count of level ``l0``, in document order (each
-    document's sums over its partners in document order, as one level's loop over its own
-    relevant documents would). Where the relevant documents' positions span more than
-    ``_T / beta`` (about 120 at the default beta), they are taken in the order of their
-    positions, and only the pairs within that distance one by one (``_relevant_window``)."""
+    takes one sigmoid, added to every level at which both are relevant. Where the relevant
+    documents' positions span at most ``_T / beta`` (about 120 at the default beta), every
+    pair does (O(R^2 / 2) exponentials for all the levels, ``R`` the count of level ``l0``),
+    in document order (each document's sums over its partners in document order, as one
+    level's loop over its own relevant documents would); otherwise they are taken in the
+    order of their positions, and only the pairs within that distance one by one
+    (``_relevant_window``, O(R log R + R W_beta))."""
     n = pos.shape[0]
     nl = live.shape[0]
     v[:] = 0.0
