@@ -71,6 +71,18 @@ from approx_gbdt._reference import finish_query
 
 
 @njit(inline="always", cache=True)
+def _add_pair(above, slope, live, l0, top, ia, ib, sab, sba, tau, qa, qb):
+    """Add the pair ``(ia, ib)`` of relevant documents to ``above`` and ``slope`` at every live
+    level from ``l0`` below ``top`` (the levels at which both are relevant)."""
+    for lv in range(l0, top):
+        if live[lv]:
+            above[lv, ia] += sab
+            slope[lv, ia] += tau * (qa - qb)
+            above[lv, ib] += sba
+            slope[lv, ib] += tau * (qb - qa)
+
+
+@njit(inline="always", cache=True)
 def _relevant_all(pos, m, live, l0, idx, nr, beta, above, slope):
     """``above`` and ``slope`` of ``_relevant_terms`` from every pair of ``idx[:nr]`` (document
     order): each document's sums run over its partners in document order."""
@@ -99,12 +111,7 @@ def _relevant_all(pos, m, live, l0, idx, nr, beta, above, slope):
             pb = pos[b]
             sab, sba, tau = _sig_pair(beta * (pa - pb))
             qb = 1.0 / pb
-            for lv in range(l0, top):
-                if live[lv]:
-                    above[lv, ia] += sab
-                    slope[lv, ia] += tau * (qa - qb)
-                    above[lv, ib] += sba
-                    slope[lv, ib] += tau * (qb - qa)
+            _add_pair(above, slope, live, l0, top, ia, ib, sab, sba, tau, qa, qb)
 
 
 @njit(cache=True)
@@ -135,12 +142,7 @@ def _relevant_window(pos, m, live, l0, idx, nr, beta, above, slope):
             top = min(m[a], m[b])
             sab, sba, tau = _sig_pair(beta * (pa - pb))
             qb = 1.0 / pb
-            for lv in range(l0, top):
-                if live[lv]:
-                    above[lv, ia] += sab
-                    slope[lv, ia] += tau * (qa - qb)
-                    above[lv, ib] += sba
-                    slope[lv, ib] += tau * (qb - qa)
+            _add_pair(above, slope, live, l0, top, ia, ib, sab, sba, tau, qa, qb)
 
 
 @njit(cache=True)
