@@ -42,7 +42,7 @@ from numba import njit
 
 from approx_gbdt import ApproxNDCG
 from approx_gbdt._lambdaloss import lambdaloss_grad_hess
-from approx_gbdt._reference import finish_query
+from approx_gbdt._reference import finish_query, positions_query
 
 
 @njit(cache=True)
@@ -100,11 +100,8 @@ def _ap_cross_level(s, rel, alpha, beta, cross, g, h):
         r += rel[i]
     if r == 0 or (cross and r == n):  # no pair of a relevant and an irrelevant document
         return
-    pos = np.ones(n)
-    for i in range(n):
-        for j in range(n):
-            if j != i:
-                pos[i] += 1.0 / (1.0 + np.exp(-alpha * (s[j] - s[i])))
+    pos = np.empty(n)
+    positions_query(s, alpha, pos)
     # v_k = d/dpos_k of (1/R) sum_k r_k N_k / pos_k,
     # N_k = 1 + sum_{x != k} r_x sig(beta (pos_k - pos_x))
     v = np.zeros(n)
@@ -125,7 +122,8 @@ def _ap_cross_level(s, rel, alpha, beta, cross, g, h):
 
 
 @njit(cache=True)
-def _ndcg_cross_grad_hess(s, y, ptr, alpha, cross, scale, normalize):
+def _ndcg_cross_grad_hess(s, y, gains, inv_z, ptr, alpha, cross, scale, normalize):
+    """``gains`` and ``inv_z`` (1 over the ideal DCG, 0 for none) as ApproxNDCG prepares them."""
     n = s.shape[0]
     grad = np.zeros(n)
     hess = np.zeros(n)
@@ -133,24 +131,15 @@ def _ndcg_cross_grad_hess(s, y, ptr, alpha, cross, scale, normalize):
     for q in range(ptr.shape[0] - 1):
         lo, hi = ptr[q], ptr[q + 1]
         m = hi - lo
-        if m < 2:
-            continue
-        gains = 2.0 ** y[lo:hi] - 1.0
-        ideal = np.sort(gains)[::-1]
-        z = 0.0
-        for r in range(m):
-            z += ideal[r] / np.log2(r + 2.0)
-        if z == 0.0:
+        if m < 2 or inv_z[q] == 0.0:
             continue
         sq = s[lo:hi]
+        pos = np.empty(m)
+        positions_query(sq, alpha, pos)
         v = np.zeros(m)
         for i in range(m):
-            p = 1.0
-            for j in range(m):
-                if j != i:
-                    p += 1.0 / (1.0 + np.exp(-alpha * (sq[j] - sq[i])))
-            lg = np.log2(1.0 + p)
-            v[i] = -gains[i] / (z * np.log(2.0) * (1.0 + p) * lg * lg)
+            lg = np.log2(1.0 + pos[i])
+            v[i] = -gains[lo + i] * inv_z[q] / (np.log(2.0) * (1.0 + pos[i]) * lg * lg)
         gq = np.zeros(m)
         hq = np.zeros(m)
         _pair_forces(sq, y[lo:hi], v, alpha, cross, gq, hq)
@@ -286,8 +275,9 @@ class NDCGCrossPairs(_PairObjective):
 
     def grad_hess(self, scores, labels, group_ptr):
         s, y, ptr = self._arrays(scores, labels, group_ptr)
-        return _ndcg_cross_grad_hess(s, y, ptr, self.alpha, self.cross, self.hessian_scale,
-                                     self.normalize)
+        a = ApproxNDCG()._prepare(y, ptr, cache=False).arrays
+        return _ndcg_cross_grad_hess(s, y, a["gains"], a["inv_z"], ptr, self.alpha, self.cross,
+                                     self.hessian_scale, self.normalize)
 
 
 BENCH_PAIR_OBJECTIVES = {"lambdaloss": LambdaLoss2pp, "yetirank_pairs": YetiRankPairs,
