@@ -33,6 +33,17 @@ Dataset's ``weight``) are not applied: the benchmark trains without them.
   of equal label (which swapping them cannot reward) are dropped; Hessian ``hessian_scale``
   times the bound over the pairs kept (0.1: the floor of ApproxNDCG's ``"mixed"``, which is
   the Hessian at a constant start).
+- :class:`NDCGLambdaLossMix`: ``ApproxNDCG(lambdaloss=w)``'s mix with the LambdaLoss part
+  changed, to screen what a cheaper kernel could share with ApproxNDCG's: the part is
+  ``sum_{y_i > y_j} w_ij log(1 + exp(-a (s_i - s_j))) / a`` (``a = ll_alpha``; LambdaLoss's
+  is ``a = 1``, ApproxNDCG's sigmoids are ``a = alpha``), its weights ``w_ij`` NDCG-Loss2++'s
+  from the exact positions (``ranks="exact"``) or from ApproxNDCG's smoothed positions
+  ``pos^`` (``ranks="smooth"``; the rank distance ``d = max(|pos^_i - pos^_j|, 1)``), with
+  ``mu`` weighing the rank-distance term. With ``p = sigmoid(a (s_i - s_j))`` a pair adds
+  ``-w (1 - p)`` to ``dL/ds_i``, ``+w (1 - p)`` to ``dL/ds_j`` and ``a w p (1 - p)`` to both
+  Hessian diagonals; the part is normalised per query, then mixed as ``(1 - weight)`` times
+  ``ApproxNDCG()``'s gradient and Hessian plus ``weight`` times its own (``ll_alpha=1``,
+  ``ranks="exact"``, ``mu=10`` is ``ApproxNDCG(lambdaloss=weight)``). O(n^2) per query.
 """
 
 from __future__ import annotations
@@ -175,6 +186,50 @@ def _ap_cross_grad_hess(s, y, ptr, alpha, beta, cross, graded, scale, normalize)
     return grad, hess
 
 
+@njit(cache=True)
+def _ll_part(s, gains, inv_z, ptr, alpha, ll_alpha, smooth, mu, normalize):
+    """The LambdaLoss part of :class:`NDCGLambdaLossMix` (module docstring), normalised per
+    query."""
+    n = s.shape[0]
+    grad = np.zeros(n)
+    hess = np.zeros(n)
+    no_weights = np.empty(0)
+    for q in range(ptr.shape[0] - 1):
+        lo, hi = ptr[q], ptr[q + 1]
+        m = hi - lo
+        if m < 2 or inv_z[q] == 0.0:
+            continue
+        sq = s[lo:hi]
+        r = np.empty(m)
+        if smooth:
+            positions_query(sq, alpha, r)
+        else:
+            o = np.argsort(-sq, kind="mergesort")
+            for t in range(m):
+                r[o[t]] = t + 1.0
+        gq = np.zeros(m)
+        hq = np.zeros(m)
+        for i in range(m):
+            for j in range(m):
+                dG = gains[lo + i] - gains[lo + j]
+                if dG <= 0.0:
+                    continue
+                d = max(abs(r[i] - r[j]), 1.0)
+                rho = abs(1.0 / np.log2(1.0 + r[i]) - 1.0 / np.log2(1.0 + r[j]))
+                delta = 1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d)
+                w = dG * inv_z[q] * (rho + mu * delta)
+                p = 1.0 / (1.0 + np.exp(-ll_alpha * (sq[i] - sq[j])))
+                gq[i] -= w * (1.0 - p)
+                gq[j] += w * (1.0 - p)
+                c = ll_alpha * w * p * (1.0 - p)
+                hq[i] += c
+                hq[j] += c
+        finish_query(gq, hq, no_weights, normalize)
+        grad[lo:hi] = gq
+        hess[lo:hi] = hq
+    return grad, hess
+
+
 class _PairObjective:
     """Common host glue: ``grad_hess(scores, labels, group_ptr)`` and the LightGBM / XGBoost
     call ``f(preds, dataset)``; options as keyword arguments (``get_params``, ``replace``)."""
@@ -280,5 +335,30 @@ class NDCGCrossPairs(_PairObjective):
                                      self.hessian_scale, self.normalize)
 
 
+class NDCGLambdaLossMix(_PairObjective):
+    """ApproxNDCG mixed with a LambdaLoss part at the sigmoid scale ``ll_alpha`` and with
+    weights from the exact or the smoothed positions (module docstring)."""
+
+    _options = ("weight", "ll_alpha", "ranks", "mu", "alpha", "normalize")
+
+    def __init__(self, *, weight=0.5, ll_alpha=10.0, ranks="smooth", mu=0.0, alpha=10.0,
+                 normalize=True):
+        if ranks not in ("exact", "smooth"):
+            raise ValueError(f"ranks must be 'exact' or 'smooth', got {ranks!r}")
+        self.weight, self.ll_alpha, self.ranks = float(weight), float(ll_alpha), ranks
+        self.mu, self.alpha, self.normalize = float(mu), float(alpha), bool(normalize)
+
+    def grad_hess(self, scores, labels, group_ptr):
+        s, y, ptr = self._arrays(scores, labels, group_ptr)
+        base = ApproxNDCG(alpha=self.alpha, normalize=self.normalize)
+        a = base._prepare(y, ptr, cache=False).arrays
+        g1, h1 = base.grad_hess(s, y, ptr)
+        g2, h2 = _ll_part(s, a["gains"], a["inv_z"], ptr, self.alpha, self.ll_alpha,
+                          self.ranks == "smooth", self.mu, self.normalize)
+        w = self.weight
+        return (1.0 - w) * g1 + w * g2, (1.0 - w) * h1 + w * h2
+
+
 BENCH_PAIR_OBJECTIVES = {"lambdaloss": LambdaLoss2pp, "yetirank_pairs": YetiRankPairs,
-                         "ap_cross": APCrossPairs, "ndcg_cross": NDCGCrossPairs}
+                         "ap_cross": APCrossPairs, "ndcg_cross": NDCGCrossPairs,
+                         "ndcg_ll": NDCGLambdaLossMix}

@@ -352,6 +352,68 @@ def test_lambdaloss_with_another_mu_against_autograd():
     assert np.all(g[ptr[3]:ptr[4]] == 0) and g[ptr[1]] == 0
 
 
+def test_ndcg_lambdaloss_mix_against_autograd():
+    """``ndcg_ll``: ApproxNDCG mixed with a LambdaLoss part at the sigmoid scale ``ll_alpha``,
+    its weights from the smoothed or the exact positions, by autograd with the weights held
+    fixed; ``ll_alpha=1``, exact positions and ``mu=10`` are ``ApproxNDCG(lambdaloss=w)``."""
+    torch = pytest.importorskip("torch")
+    from approx_gbdt import ApproxNDCG
+
+    C = _load_common()
+    s, y, ptr = _pair_queries()
+    alpha = 10.0
+
+    def reference(ll_alpha, smooth, mu):
+        g_ref, h_ref = np.zeros_like(s), np.zeros_like(s)
+        for a, b in zip(ptr[:-1], ptr[1:]):
+            sq, gains = s[a:b], 2.0 ** y[a:b] - 1.0
+            if b - a < 2 or not gains.any():
+                continue
+            z = (np.sort(gains)[::-1] / np.log2(np.arange(b - a) + 2.0)).sum()
+            if smooth:
+                r = 0.5 + (1.0 / (1.0 + np.exp(-alpha * (sq[None, :] - sq[:, None])))).sum(1)
+            else:
+                r = np.empty(b - a)
+                r[np.argsort(-sq, kind="stable")] = np.arange(1.0, b - a + 1.0)
+            d = np.maximum(np.abs(r[:, None] - r[None, :]), 1.0)
+            w = ((gains[:, None] - gains[None, :]) / z
+                 * (np.abs(1.0 / np.log2(1.0 + r[:, None]) - 1.0 / np.log2(1.0 + r[None, :]))
+                    + mu * (1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d))))
+            w = torch.tensor(np.where(gains[:, None] > gains[None, :], w, 0.0))
+
+            def loss(u, w=w):
+                diff = u[:, None] - u[None, :]
+                return (w * torch.nn.functional.softplus(-ll_alpha * diff)).sum() / ll_alpha
+
+            t = torch.tensor(sq, requires_grad=True)
+            g = torch.autograd.grad(loss(t), t)[0].numpy()
+            h = torch.autograd.functional.hessian(loss, t.detach()).diagonal().numpy()
+            f = np.log2(1.0 + np.abs(g).sum()) / np.abs(g).sum()
+            g_ref[a:b], h_ref[a:b] = f * g, f * h
+        return g_ref, h_ref
+
+    g_a, h_a = ApproxNDCG().grad_hess(s, y, ptr)
+    for ll_alpha, ranks, mu in [(10.0, "smooth", 0.0), (10.0, "exact", 10.0),
+                                (1.0, "smooth", 3.0)]:
+        obj = C.make_objective("ndcg_ll", {"ll_alpha": ll_alpha, "ranks": ranks, "mu": mu,
+                                           "weight": 1.0})
+        g, h = obj.grad_hess(s, y, ptr)
+        g_ref, h_ref = reference(ll_alpha, ranks == "smooth", mu)
+        np.testing.assert_allclose(g, g_ref, atol=1e-12)
+        np.testing.assert_allclose(h, h_ref, atol=1e-12)
+        assert np.all(g[ptr[3]:ptr[4]] == 0) and g[ptr[1]] == 0
+        g3, h3 = obj.replace(weight=0.3).grad_hess(s, y, ptr)
+        np.testing.assert_allclose(g3, 0.7 * g_a + 0.3 * g_ref, atol=1e-12)
+        np.testing.assert_allclose(h3, 0.7 * h_a + 0.3 * h_ref, atol=1e-12)
+    obj = C.make_objective("ndcg_ll", {"ll_alpha": 1.0, "ranks": "exact", "mu": 10.0})
+    g, h = obj.grad_hess(s, y, ptr)
+    g_pkg, h_pkg = ApproxNDCG(lambdaloss=0.5).grad_hess(s, y, ptr)
+    np.testing.assert_allclose(g, g_pkg, atol=1e-13)
+    np.testing.assert_allclose(h, h_pkg, atol=1e-13)
+    with pytest.raises(ValueError, match="ranks"):
+        C.make_objective("ndcg_ll", {"ranks": "soft"})
+
+
 def test_yetirank_pairs_against_autograd_and_seeded():
     pytest.importorskip("torch")
     from tests.reference import pair_logistic_reference
