@@ -273,8 +273,9 @@ NATIVE = {
 # ranking loss (not peers: the best-peer ratio ignores them).
 POINTWISE = {"lgb": ("regression",), "xgb": ("reg:squarederror",), "cb": ("RMSE",)}
 # Objectives for screening (benchmark only: benchmarks/_pair_objectives.py): NDCG-Loss2++ of
-# LambdaLoss, YetiRank's pair weights, and ApproxAP's / ApproxNDCG's tangent forces without the
-# pairs of two documents of one grade.
+# LambdaLoss, YetiRank's pair weights, ApproxAP's / ApproxNDCG's tangent forces without the
+# pairs of two documents of one grade, and ApproxNDCG mixed with a LambdaLoss part at another
+# sigmoid scale or from the smoothed positions.
 BENCH_PAIR = ("lambdaloss", "yetirank_pairs", "ap_cross", "ndcg_cross", "ndcg_ll")
 # The registry (approx_ndcg, approx_ap, ...), SoftNDCG and the benchmark's pair losses: the
 # objectives the benchmark hands to a host as Python objects.
