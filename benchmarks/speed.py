@@ -3,6 +3,7 @@
     python benchmarks/speed.py            # full run (~45 min on 2 cores)
     python benchmarks/speed.py --quick    # smoke run
     python benchmarks/speed.py --cold-start-only   # re-make section 5 of speed.md alone
+    OMP_WAIT_POLICY=passive python benchmarks/speed.py --lengths-only   # section 4 alone
 
 Writes benchmarks/results/speed.md (or speed_quick.md), speed_throughput.png and
 speed_lengths.png:
@@ -20,8 +21,9 @@ speed_lengths.png:
    and the options ApproxNDCG(hessian="mixed_sum") and ApproxAP(hessian="bound_sum") (columns
    ``mixed_sum`` and ``ap_bound_sum``), with one and two threads, on
    a quiet machine and on a busy one (a second CPU-bound process running on the same cores
-   during the training), three rounds per list length (medians, and the range of the rounds'
-   ratios to native), plotted log-log.
+   during the training), three rounds per list length, ``LENGTH_ITERS`` (100) boosting
+   iterations per training (medians, and the range of the rounds' ratios to native), plotted
+   log-log.
 5. The first call with an empty Numba cache (a new user's first run): ApproxNDCG's first
    ``grad_hess`` and ApproxAP's after it, ApproxAP's as the first call of another process,
    and the same calls with the cache filled (``cold_start.py`` has every entry point).
@@ -379,7 +381,7 @@ def train_one(setting, lib, objective, iters, threads=2):
     return {"setting": setting, "lib": lib, "objective": objective,
             "sec_per_iter": float(np.median(steady)), "first_iter": times[0],
             "peak_rss_mb": rss, "rss_after_data_mb": t_data, "peak_reset": reset,
-            "docs": int(sizes.sum()), "threads": threads}
+            "docs": int(sizes.sum()), "threads": threads, "iters": iters}
 
 
 # the options whose Hessians skip the bound's own pass on long lists: "mixed_sum",
@@ -416,6 +418,13 @@ def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), th
                 print(row, flush=True)
     return rows
 
+
+# Boosting iterations of each training of section 4. The cost per iteration changes as the
+# trees fit and the scores spread (at 1,000 documents a list, 2 threads, medians: LightGBM
+# lambdarank 18 ms over iterations 2-6 and 24 ms over 50-200, approx_ndcg_obj 20 and 27 ms,
+# approx_ap_obj 21 ms throughout), so the table times a typical training's length, not its
+# first few iterations.
+LENGTH_ITERS = 100
 
 # one and two threads, quiet and busy (section 4)
 LENGTH_VARIANTS = ((2, False), (1, False), (2, True), (1, True))
@@ -555,58 +564,77 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
                  f"{r['peak_rss_mb']:.0f} | {mem:.2f} |")
     L.append("")
     if lengths:
-        total = lengths[0]["docs"]
-        rounds = 1 + max(r.get("repeat", 0) for r in lengths)
-        L.append("## 4. Seconds per boosting iteration against list length\n")
-        L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63; native = "
-                 "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
-                 "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
-                 "CPU-bound process (a Python busy loop) runs on the same cores during the "
-                 f"training. Each list length runs {rounds} round(s); a round trains every "
-                 "row's variant once with each objective, back to back. Each cell: the median "
-                 "over the rounds of the seconds per iteration; in brackets the median over "
-                 "the rounds of the ratio to the same round's native run, and the lowest and "
-                 "highest of those ratios (single runs on this machine move by 20-50 %). Load: "
-                 "the highest 1-minute load average after a training of the row. Target: "
-                 "approx_ndcg_obj and approx_ap_obj <= 1.0x native in every row; `mixed_sum` "
-                 "is ApproxNDCG(hessian=\"mixed_sum\") and `ap_bound_sum` "
-                 "ApproxAP(hessian=\"bound_sum\"), options, not defaults. Plot (the "
-                 "medians): "
-                 f"[{os.path.basename(path)[:-3]}_lengths.png]"
-                 f"({os.path.basename(path)[:-3]}_lengths.png).\n")
-        objs = list(LENGTH_OBJECTIVES)
-        L.append("| docs per query | queries | library | threads | machine | "
-                 + " | ".join(objs) + " | load |")
-        L.append("|---|---|---|---|---|" + "---|" * len(objs) + "---|")
-        by = length_cells(lengths)
-        for threads, busy in LENGTH_VARIANTS:
-            for setting in dict.fromkeys(r["setting"] for r in lengths):
-                per = int(setting.split(":")[1])
-                for lib in ["lightgbm", "xgboost"]:
-                    cells = []
-                    load = None
-                    for o in objs:
-                        cell = by.get((setting, lib, threads, busy, o))
-                        if cell is None:
-                            cells.append("n/a")
-                            continue
-                        sec, ratios, top = cell
-                        load = top if load is None else max(load, top)
-                        c = f"{sec * 1e3:.1f} ms"
-                        if o != "native" and ratios:
-                            c += f" ({np.median(ratios):.2f}x"
-                            if len(ratios) > 1:
-                                c += f", {min(ratios):.2f}-{max(ratios):.2f}"
-                            c += ")"
-                        cells.append(c)
-                    L.append(f"| {per} | {max(1, total // per)} | {lib} | {threads} | "
-                             f"{'busy' if busy else 'quiet'} | " + " | ".join(cells)
-                             + f" | {'' if load is None else f'{load:.1f}'} |")
-        L.append("")
+        L += lengths_section(lengths, path)
     if cold:
         L += cold_section(cold)
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
+
+
+def lengths_section(lengths, path, remade=None):
+    """Section 4's lines (the list-length table); ``remade``: the command that re-made it
+    alone (``--lengths-only``), stated in the section."""
+    total = lengths[0]["docs"]
+    rounds = 1 + max(r.get("repeat", 0) for r in lengths)
+    iters = sorted({r["iters"] for r in lengths if "iters" in r})
+    L = ["## 4. Seconds per boosting iteration against list length\n"]
+    if remade:
+        sys.path.insert(0, HERE)
+        from _common import commit
+
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        L.append(f"Re-made alone by `{remade}` on {when} at commit {commit()}; the other "
+                 "sections are from the run above.\n")
+    L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63; native = "
+             "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
+             "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
+             "CPU-bound process (a Python busy loop) runs on the same cores during the "
+             f"training. Each list length runs {rounds} round(s); a round trains every "
+             "row's variant once with each objective, back to back. Each training runs "
+             + (f"{iters[0]} boosting iterations; its seconds per iteration are the median "
+                f"over iterations 2 to {iters[0]} (the first also loads Numba's cache and "
+                "LightGBM's bins). " if len(iters) == 1 else "")
+             + "Each cell: the median "
+             "over the rounds of the seconds per iteration; in brackets the median over "
+             "the rounds of the ratio to the same round's native run, and the lowest and "
+             "highest of those ratios (single runs on this machine move by 20-50 %). Load: "
+             "the highest 1-minute load average after a training of the row. Target: "
+             "approx_ndcg_obj and approx_ap_obj <= 1.0x native in every row; `mixed_sum` "
+             "is ApproxNDCG(hessian=\"mixed_sum\") and `ap_bound_sum` "
+             "ApproxAP(hessian=\"bound_sum\"), options, not defaults. Plot (the "
+             "medians): "
+             f"[{os.path.basename(path)[:-3]}_lengths.png]"
+             f"({os.path.basename(path)[:-3]}_lengths.png).\n")
+    objs = list(LENGTH_OBJECTIVES)
+    L.append("| docs per query | queries | library | threads | machine | "
+             + " | ".join(objs) + " | load |")
+    L.append("|---|---|---|---|---|" + "---|" * len(objs) + "---|")
+    by = length_cells(lengths)
+    for threads, busy in LENGTH_VARIANTS:
+        for setting in dict.fromkeys(r["setting"] for r in lengths):
+            per = int(setting.split(":")[1])
+            for lib in ["lightgbm", "xgboost"]:
+                cells = []
+                load = None
+                for o in objs:
+                    cell = by.get((setting, lib, threads, busy, o))
+                    if cell is None:
+                        cells.append("n/a")
+                        continue
+                    sec, ratios, top = cell
+                    load = top if load is None else max(load, top)
+                    c = f"{sec * 1e3:.1f} ms"
+                    if o != "native" and ratios:
+                        c += f" ({np.median(ratios):.2f}x"
+                        if len(ratios) > 1:
+                            c += f", {min(ratios):.2f}-{max(ratios):.2f}"
+                        c += ")"
+                    cells.append(c)
+                L.append(f"| {per} | {max(1, total // per)} | {lib} | {threads} | "
+                         f"{'busy' if busy else 'quiet'} | " + " | ".join(cells)
+                         + f" | {'' if load is None else f'{load:.1f}'} |")
+    L.append("")
+    return L
 
 
 def cold_section(cold, remade=None):
@@ -644,6 +672,22 @@ def remake_cold_section(path, cmd):
     with open(path + ".tmp", "w") as f:
         f.write(head + "\n\n" + "\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
+
+
+def remake_lengths_section(path, cmd, quick):
+    """Replace section 4 of the report at ``path`` and its plot by a new measurement (the rest
+    kept; the file is replaced only once the measurement is done)."""
+    with open(path) as f:
+        text = f.read()
+    head, rest = text.split("## 4. Seconds per boosting iteration against list length")
+    tail = rest[rest.index("## 5. "):] if "## 5. " in rest else ""
+    lengths = (bench_lengths(20_000, 4, repeats=2) if quick
+               else bench_lengths(100_000, LENGTH_ITERS))
+    lines = lengths_section(lengths, path, cmd)
+    with open(path + ".tmp", "w") as f:
+        f.write(head + "\n".join(lines) + "\n" + tail)
+    os.replace(path + ".tmp", path)
+    plot_lengths(path[:-3] + "_lengths.png", lengths)
 
 
 def plot(path, kernels):
@@ -709,7 +753,16 @@ def main():
     ap.add_argument("--cold-start-only", action="store_true",
                     help="re-make section 5 (the first call with an empty Numba cache) of the "
                          "existing report alone")
+    ap.add_argument("--lengths-only", action="store_true",
+                    help="re-make section 4 (seconds per iteration against list length) and "
+                         "its plot of the existing report alone")
     args = ap.parse_args()
+    if args.lengths_only:
+        name = "speed_quick" if args.quick else "speed"
+        remake_lengths_section(os.path.join(RESULTS, name + ".md"),
+                               "OMP_WAIT_POLICY=passive python benchmarks/speed.py --lengths-only"
+                               + (" --quick" if args.quick else ""), args.quick)
+        return
     if args.cold_start_only:
         name = "speed_quick" if args.quick else "speed"
         remake_cold_section(os.path.join(RESULTS, name + ".md"),
@@ -735,7 +788,7 @@ def main():
         kernels = bench_kernels(100_000, [10, 100, 1000, 10_000, 100_000], False)
         huge = bench_huge(100_000) + bench_huge(1_000_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light", "mslr"], 8)
-        lengths = [] if args.skip_training else bench_lengths(100_000, 6)
+        lengths = [] if args.skip_training else bench_lengths(100_000, LENGTH_ITERS)
         cold = bench_cold_start()
         name = "speed"
     os.makedirs(RESULTS, exist_ok=True)

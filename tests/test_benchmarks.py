@@ -560,3 +560,36 @@ def test_ndcg_cross_pairs_against_autograd():
     g_raw = full.replace(normalize=False).grad_hess(s[:ptr[1]], y[:ptr[1]],
                                                     np.array([0, ptr[1]]))[0]
     np.testing.assert_allclose(g_raw, -torch.autograd.grad(val, st)[0].numpy(), atol=1e-12)
+
+
+def test_speed_lengths_section_remade_alone(tmp_path, monkeypatch):
+    """``speed.py --lengths-only`` replaces section 4 of an existing report (and its plot),
+    keeping the other sections; each cell is the median over the rounds, with the ratios to
+    the same round's native run."""
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location("_bench_speed", BENCH / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    rows = []
+    for rep, native in enumerate([0.010, 0.012, 0.011]):
+        for threads, busy in speed.LENGTH_VARIANTS:
+            for lib in ("lightgbm", "xgboost"):
+                for k, o in enumerate(speed.LENGTH_OBJECTIVES):
+                    rows.append({"setting": "len:10:1000", "lib": lib, "objective": o,
+                                 "sec_per_iter": native * (1.0 + 0.1 * k), "docs": 1000,
+                                 "threads": threads, "busy": busy, "load": 1.5,
+                                 "repeat": rep, "iters": 50})
+    monkeypatch.setattr(speed, "bench_lengths", lambda *a, **k: rows)
+    report = tmp_path / "speed.md"
+    report.write_text("# Speed\n\n## 3. Training\n\nkept 3\n\n"
+                      "## 4. Seconds per boosting iteration against list length\n\nold\n\n"
+                      "## 5. First call with an empty Numba cache\n\nkept 5\n")
+    speed.remake_lengths_section(str(report), "CMD", False)
+    text = report.read_text()
+    assert "old" not in text and "kept 3" in text and "kept 5" in text
+    assert text.index("## 3.") < text.index("## 4.") < text.index("## 5.")
+    assert "Re-made alone by `CMD`" in text and "runs 50 boosting iterations" in text
+    # approx_ndcg_obj is 1.1 times native in every round: median seconds 12.1 ms, ratio 1.10
+    line = next(t for t in text.splitlines() if t.startswith("| 10 | 100 | lightgbm | 2 | quiet"))
+    assert "| 11.0 ms | 12.1 ms (1.10x, 1.10-1.10) |" in line
+    assert (tmp_path / "speed_lengths.png").stat().st_size > 0
