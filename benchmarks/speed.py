@@ -420,10 +420,11 @@ def bench_training(settings, iters, objectives=("native", "approx_ndcg_obj"), th
 
 
 # Boosting iterations of each training of section 4. The cost per iteration changes as the
-# trees fit and the scores spread (at 1,000 documents a list, 2 threads, medians: LightGBM
-# lambdarank 18 ms over iterations 2-6 and 24 ms over 50-200, approx_ndcg_obj 20 and 27 ms,
-# approx_ap_obj 21 ms throughout), so the table times a typical training's length, not its
-# first few iterations.
+# trees fit and the scores spread (in one probe at 1,000 documents a list, 2 threads, medians:
+# LightGBM lambdarank 18 ms over iterations 2-6 and 24 ms over 50-200, approx_ndcg_obj 20 and
+# 27 ms, approx_ap_obj 21 ms throughout), so the table times the first 100 iterations, about a
+# training's length at this learning rate (the quality benchmark's stop after 40-370 at half
+# of it), not the first few.
 LENGTH_ITERS = 100
 
 # one and two threads, quiet and busy (section 4)
@@ -584,16 +585,16 @@ def lengths_section(lengths, path, remade=None):
 
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         L.append(f"Re-made alone by `{remade}` on {when} at commit {commit()}; the other "
-                 "sections are from the run above.\n")
+                 "sections are from the run above unless they say otherwise.\n")
     L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63; native = "
              "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
              "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
              "CPU-bound process (a Python busy loop) runs on the same cores during the "
              f"training. Each list length runs {rounds} round(s); a round trains every "
-             "row's variant once with each objective, back to back. Each training runs "
-             + (f"{iters[0]} boosting iterations; its seconds per iteration are the median "
-                f"over iterations 2 to {iters[0]} (the first also loads Numba's cache and "
-                "LightGBM's bins). " if len(iters) == 1 else "")
+             "row's variant once with each objective, back to back. "
+             + (f"Each training runs {iters[0]} boosting iterations; its seconds per "
+                f"iteration are the median over iterations 2 to {iters[0]} (the first also "
+                "loads Numba's cache and LightGBM's bins). " if len(iters) == 1 else "")
              + "Each cell: the median "
              "over the rounds of the seconds per iteration; in brackets the median over "
              "the rounds of the ratio to the same round's native run, and the lowest and "
@@ -646,8 +647,8 @@ def cold_section(cold, remade=None):
         from _common import commit
 
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        L.append(f"Re-made alone by `{remade}` on {when} at commit {commit()}; sections 1-4 "
-                 "are from the run above.\n")
+        L.append(f"Re-made alone by `{remade}` on {when} at commit {commit()}; the other "
+                 "sections are from the run above unless they say otherwise.\n")
     L.append("Each column one fresh process with a new `NUMBA_CACHE_DIR` (a new user's first "
              "run: Numba compiles the kernels) or the folder the first one filled (every "
              "later run: it loads them); 200 generated queries of 20-120 documents. "
@@ -679,7 +680,11 @@ def remake_lengths_section(path, cmd, quick):
     kept; the file is replaced only once the measurement is done)."""
     with open(path) as f:
         text = f.read()
-    head, rest = text.split("## 4. Seconds per boosting iteration against list length")
+    parts = text.split("## 4. Seconds per boosting iteration against list length")
+    if len(parts) != 2:
+        raise SystemExit(f"{path} has no section 4 to re-make (or more than one): run the "
+                         "full benchmark first")
+    head, rest = parts
     tail = rest[rest.index("## 5. "):] if "## 5. " in rest else ""
     lengths = (bench_lengths(20_000, 4, repeats=2) if quick
                else bench_lengths(100_000, LENGTH_ITERS))
@@ -759,8 +764,10 @@ def main():
     args = ap.parse_args()
     if args.lengths_only:
         name = "speed_quick" if args.quick else "speed"
+        wait = os.environ.get("OMP_WAIT_POLICY")
         remake_lengths_section(os.path.join(RESULTS, name + ".md"),
-                               "OMP_WAIT_POLICY=passive python benchmarks/speed.py --lengths-only"
+                               (f"OMP_WAIT_POLICY={wait} " if wait else "")
+                               + "python benchmarks/speed.py --lengths-only"
                                + (" --quick" if args.quick else ""), args.quick)
         return
     if args.cold_start_only:
