@@ -1,9 +1,9 @@
 """Speed of the ApproxNDCG / ApproxAP objectives.
 
-    python benchmarks/speed.py            # full run (~45 min on 2 cores)
+    python benchmarks/speed.py            # full run (over an hour on 2 cores)
     python benchmarks/speed.py --quick    # smoke run
     python benchmarks/speed.py --cold-start-only   # re-make section 5 of speed.md alone
-    OMP_WAIT_POLICY=passive python benchmarks/speed.py --lengths-only   # section 4 alone
+    OMP_WAIT_POLICY=passive python benchmarks/speed.py --lengths-only   # section 4 (54 min)
 
 Writes benchmarks/results/speed.md (or speed_quick.md), speed_throughput.png and
 speed_lengths.png:
