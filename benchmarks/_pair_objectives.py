@@ -133,8 +133,11 @@ def _ap_cross_level(s, rel, alpha, beta, cross, g, h):
 
 
 @njit(cache=True)
-def _ndcg_cross_grad_hess(s, y, gains, inv_z, ptr, alpha, cross, scale, normalize):
-    """``gains`` and ``inv_z`` (1 over the ideal DCG, 0 for none) as ApproxNDCG prepares them."""
+def _by_query(query, s, y, gains, inv_z, ptr, normalize, args):
+    """Gradient and Hessian of every query of two or more documents with a relevant one
+    (``gains`` and ``inv_z``, 1 over the ideal DCG, 0 for none, as ApproxNDCG prepares them):
+    ``query(sq, yq, gq_gains, iz, gq, hq, *args)`` adds a query's into the zeroed ``gq`` and
+    ``hq``, which are then normalised per query; the others stay 0."""
     n = s.shape[0]
     grad = np.zeros(n)
     hess = np.zeros(n)
@@ -144,20 +147,26 @@ def _ndcg_cross_grad_hess(s, y, gains, inv_z, ptr, alpha, cross, scale, normaliz
         m = hi - lo
         if m < 2 or inv_z[q] == 0.0:
             continue
-        sq = s[lo:hi]
-        pos = np.empty(m)
-        positions_query(sq, alpha, pos)
-        v = np.zeros(m)
-        for i in range(m):
-            lg = np.log2(1.0 + pos[i])
-            v[i] = -gains[lo + i] * inv_z[q] / (np.log(2.0) * (1.0 + pos[i]) * lg * lg)
         gq = np.zeros(m)
         hq = np.zeros(m)
-        _pair_forces(sq, y[lo:hi], v, alpha, cross, gq, hq)
+        query(s[lo:hi], y[lo:hi], gains[lo:hi], inv_z[q], gq, hq, *args)
         finish_query(gq, hq, no_weights, normalize)
         grad[lo:hi] = gq
-        hess[lo:hi] = scale * hq
+        hess[lo:hi] = hq
     return grad, hess
+
+
+@njit(cache=True)
+def _ndcg_cross_query(sq, yq, gains, iz, gq, hq, alpha, cross):
+    """One query of :class:`NDCGCrossPairs` (module docstring), unnormalised."""
+    m = sq.shape[0]
+    pos = np.empty(m)
+    positions_query(sq, alpha, pos)
+    v = np.zeros(m)
+    for i in range(m):
+        lg = np.log2(1.0 + pos[i])
+        v[i] = -gains[i] * iz / (np.log(2.0) * (1.0 + pos[i]) * lg * lg)
+    _pair_forces(sq, yq, v, alpha, cross, gq, hq)
 
 
 @njit(cache=True)
@@ -187,47 +196,32 @@ def _ap_cross_grad_hess(s, y, ptr, alpha, beta, cross, graded, scale, normalize)
 
 
 @njit(cache=True)
-def _ll_part(s, gains, inv_z, ptr, alpha, ll_alpha, smooth, mu, normalize):
-    """The LambdaLoss part of :class:`NDCGLambdaLossMix` (module docstring), normalised per
-    query."""
-    n = s.shape[0]
-    grad = np.zeros(n)
-    hess = np.zeros(n)
-    no_weights = np.empty(0)
-    for q in range(ptr.shape[0] - 1):
-        lo, hi = ptr[q], ptr[q + 1]
-        m = hi - lo
-        if m < 2 or inv_z[q] == 0.0:
-            continue
-        sq = s[lo:hi]
-        r = np.empty(m)
-        if smooth:
-            positions_query(sq, alpha, r)
-        else:
-            o = np.argsort(-sq, kind="mergesort")
-            for t in range(m):
-                r[o[t]] = t + 1.0
-        gq = np.zeros(m)
-        hq = np.zeros(m)
-        for i in range(m):
-            for j in range(m):
-                dG = gains[lo + i] - gains[lo + j]
-                if dG <= 0.0:
-                    continue
-                d = max(abs(r[i] - r[j]), 1.0)
-                rho = abs(1.0 / np.log2(1.0 + r[i]) - 1.0 / np.log2(1.0 + r[j]))
-                delta = 1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d)
-                w = dG * inv_z[q] * (rho + mu * delta)
-                p = 1.0 / (1.0 + np.exp(-ll_alpha * (sq[i] - sq[j])))
-                gq[i] -= w * (1.0 - p)
-                gq[j] += w * (1.0 - p)
-                c = ll_alpha * w * p * (1.0 - p)
-                hq[i] += c
-                hq[j] += c
-        finish_query(gq, hq, no_weights, normalize)
-        grad[lo:hi] = gq
-        hess[lo:hi] = hq
-    return grad, hess
+def _ll_query(sq, yq, gains, iz, gq, hq, alpha, ll_alpha, smooth, mu):
+    """One query of the LambdaLoss part of :class:`NDCGLambdaLossMix` (module docstring),
+    unnormalised."""
+    m = sq.shape[0]
+    r = np.empty(m)
+    if smooth:
+        positions_query(sq, alpha, r)
+    else:
+        o = np.argsort(-sq, kind="mergesort")
+        for t in range(m):
+            r[o[t]] = t + 1.0
+    for i in range(m):
+        for j in range(m):
+            dG = gains[i] - gains[j]
+            if dG <= 0.0:
+                continue
+            d = max(abs(r[i] - r[j]), 1.0)
+            rho = abs(1.0 / np.log2(1.0 + r[i]) - 1.0 / np.log2(1.0 + r[j]))
+            delta = 1.0 / np.log2(1.0 + d) - 1.0 / np.log2(2.0 + d)
+            w = dG * iz * (rho + mu * delta)
+            p = 1.0 / (1.0 + np.exp(-ll_alpha * (sq[i] - sq[j])))
+            gq[i] -= w * (1.0 - p)
+            gq[j] += w * (1.0 - p)
+            c = ll_alpha * w * p * (1.0 - p)
+            hq[i] += c
+            hq[j] += c
 
 
 class _PairObjective:
@@ -331,8 +325,9 @@ class NDCGCrossPairs(_PairObjective):
     def grad_hess(self, scores, labels, group_ptr):
         s, y, ptr = self._arrays(scores, labels, group_ptr)
         a = ApproxNDCG()._prepare(y, ptr, cache=False).arrays
-        return _ndcg_cross_grad_hess(s, y, a["gains"], a["inv_z"], ptr, self.alpha, self.cross,
-                                     self.hessian_scale, self.normalize)
+        grad, hess = _by_query(_ndcg_cross_query, s, y, a["gains"], a["inv_z"], ptr,
+                               self.normalize, (self.alpha, self.cross))
+        return grad, self.hessian_scale * hess
 
 
 class NDCGLambdaLossMix(_PairObjective):
@@ -353,8 +348,8 @@ class NDCGLambdaLossMix(_PairObjective):
         base = ApproxNDCG(alpha=self.alpha, normalize=self.normalize)
         a = base._prepare(y, ptr, cache=False).arrays
         g1, h1 = base.grad_hess(s, y, ptr)
-        g2, h2 = _ll_part(s, a["gains"], a["inv_z"], ptr, self.alpha, self.ll_alpha,
-                          self.ranks == "smooth", self.mu, self.normalize)
+        g2, h2 = _by_query(_ll_query, s, y, a["gains"], a["inv_z"], ptr, self.normalize,
+                           (self.alpha, self.ll_alpha, self.ranks == "smooth", self.mu))
         w = self.weight
         return (1.0 - w) * g1 + w * g2, (1.0 - w) * h1 + w * h2
 

@@ -572,6 +572,16 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
         f.write("\n".join(L) + "\n")
 
 
+def _remade_note(remade):
+    """The line of a section re-made alone by the command ``remade``: when, at which commit."""
+    sys.path.insert(0, HERE)
+    from _common import commit
+
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return (f"Re-made alone by `{remade}` on {when} at commit {commit()}; the other sections "
+            "are from the run above unless they say otherwise.\n")
+
+
 def lengths_section(lengths, path, remade=None):
     """Section 4's lines (the list-length table); ``remade``: the command that re-made it
     alone (``--lengths-only``), stated in the section."""
@@ -580,12 +590,7 @@ def lengths_section(lengths, path, remade=None):
     iters = sorted({r["iters"] for r in lengths if "iters" in r})
     L = ["## 4. Seconds per boosting iteration against list length\n"]
     if remade:
-        sys.path.insert(0, HERE)
-        from _common import commit
-
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        L.append(f"Re-made alone by `{remade}` on {when} at commit {commit()}; the other "
-                 "sections are from the run above unless they say otherwise.\n")
+        L.append(_remade_note(remade))
     L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63; native = "
              "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
              "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
@@ -643,12 +648,7 @@ def cold_section(cold, remade=None):
     stated in the section."""
     L = ["## 5. First call with an empty Numba cache\n"]
     if remade:
-        sys.path.insert(0, HERE)
-        from _common import commit
-
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        L.append(f"Re-made alone by `{remade}` on {when} at commit {commit()}; the other "
-                 "sections are from the run above unless they say otherwise.\n")
+        L.append(_remade_note(remade))
     L.append("Each column one fresh process with a new `NUMBA_CACHE_DIR` (a new user's first "
              "run: Numba compiles the kernels) or the folder the first one filled (every "
              "later run: it loads them); 200 generated queries of 20-120 documents. "
