@@ -390,8 +390,9 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
     """ApproxAP's bound ``W.bnd[k] = sum_j w_kj |v_j - v_k|`` for a query on the grid, from
     the chain step's sums with weights ``|v|`` (already in ``W.bnd``) and the relevant
     documents' own sums (``S``, from :func:`_relevant_part`): with the automatic choice
-    (``gp`` 0), where :func:`_abs_cheaper` finds it cheaper (at most ``_ABS_PARTNERS``
-    partner boxes per document on average: they lie within a few boxes, as in the first
+    (``gp`` 0), where :func:`_abs_cheaper` finds it cheaper (at most ``_ABS_INSIDE``
+    partner boxes per document on average whose members' ``v`` straddle the document's: ``v``
+    close to monotone along the scores, or the documents within a few boxes, as in the first
     rounds), by the grid with each box sorted by ``v`` (:func:`grid_abs_seq`, the positions
     step's Lagrange values ``lag``; pairs more than ``_grid._D_ABS`` boxes apart left out,
     module notes of ``_grid``); else, where the grid is cheaper for them, split into classes of
@@ -416,8 +417,8 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
     # leaves out the split's classes and its pairs within a class), else the exact windowed
     # loops
     if gp == 0 and _abs_cheaper(S, R):
-        # few partner boxes per document (the relevant documents within a few boxes): each
-        # box sorted by v (grid_abs_seq), the positions step's Lagrange values
+        # few partner boxes per document whose v straddle its own: each box sorted by v
+        # (grid_abs_seq), the positions step's Lagrange values
         if big:
             grid_abs_par(S.x[:R], S.v[:R], S.bnd[:R], S.aw[:R], gt, nt, lag, A.ridx[:R])
         else:
@@ -446,30 +447,37 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
 @njit(inline="always", cache=True)
 def _abs_cheaper(S, R):
     """Whether :func:`grid_abs_seq` is the cheaper way to the bound's sums over the ``R``
-    relevant documents of ``S`` (:func:`_relevant_part`, its windows made): at most
-    ``_ABS_PARTNERS`` partner boxes per document on average, and, below ``GRID_MIN_N``
-    documents, cheaper than the exact windowed loops by a cost model fitted on one thread
-    (queries of 1,000 and 10,000 documents, 20 to 500 relevant ones, every pair in the
-    window): exact ~ 0.57 ns per window pair, grid ~ 2.5 us + 70 ns per document and partner
-    box. From ``GRID_MIN_N`` documents the classes of ``v`` are the alternative, not the exact
-    loops. Below ``_ABS_MIN_R`` relevant documents: False without counting (the model picks
-    the grid from about 280)."""
+    relevant documents of ``S`` (:func:`_relevant_part`, its windows and ``v`` made): at most
+    ``_ABS_INSIDE`` partner boxes per document on average whose members' ``v`` lie on both
+    sides of the document's (:func:`~approx_gbdt._grid.abs_cost`; the others cost O(1)
+    each), and, below ``GRID_MIN_N`` documents, cheaper than the exact windowed loops by a
+    cost model fitted on one thread (queries of 1,000 and 10,000 documents, 20 to 500
+    relevant ones, every pair in the window): exact ~ 0.57 ns per window pair, grid ~ 2.5 us
+    + 70 ns per document and partner box (all partners: the model was fitted where every
+    partner took the pointer, so that it errs towards the exact loops). From ``GRID_MIN_N``
+    documents the classes of ``v`` are the alternative, not the exact loops. Below
+    ``_ABS_MIN_R`` relevant documents: False without counting (the model picks the grid from
+    about 280)."""
     if R < _ABS_MIN_R:
         return False
-    work = abs_cost(S.x[:R], R)
-    if work > _ABS_PARTNERS * R:
+    inside, partners = abs_cost(S.x[:R], S.v[:R], R, _ABS_INSIDE * R)
+    if inside > _ABS_INSIDE * R:
         return False
     if R >= GRID_MIN_N:
         return True
-    return 0.57 * window_pairs(S.jend, R) > 2500.0 + 70.0 * work
+    return 0.57 * window_pairs(S.jend, R) > 2500.0 + 70.0 * partners
 
 
 # grid_abs_seq where the relevant documents have at most this many partner boxes per document
-# on average: it costs O(_P^2) per document and partner box, and beyond that the classes of v
-# are cheaper (lists of 10,000 documents, 45 % relevant, one thread, against the classes:
-# alpha times the scores' standard deviation 0.27, 21 against 27 ms; 0.5, 23 against 25 ms;
-# 1, about 7 partner boxes, 30 against 25 ms)
-_ABS_PARTNERS = 4
+# on average that their v straddles (the pointer's O(_P^2) each; the other partners are summed
+# once per box). The classes of v cost O(_P C) per document and the exact pairs within a class,
+# which ApproxAP's v, close to monotone along the scores but not quite, makes runs of
+# neighbours. Lists of 10,000 documents, 45 % relevant, one thread, ApproxAP's kernel: the
+# scores of 50 and 100 LightGBM rounds with it (1.8-1.9 straddled of 6-10 partners a document)
+# 23.3 and 23.6 ms against 28.7 and 29.1 ms with the classes; N(0, sd) scores, sd 0.05 to 2,
+# 21.5-35.3 against 28.6-62.5 ms; lists of 2,000, sd 0.05 to 0.5, 21.7-30.2 against
+# 25.0-44.3 ms
+_ABS_INSIDE = 4
 _ABS_MIN_R = 64  # fewer relevant documents never take grid_abs_seq (_abs_cheaper)
 _V_CLASSES = 8  # classes of ApproxAP's bound on the grid (_v_classes)
 _V_SAMPLE = 64  # documents sampled per class for the cuts of _v_classes

@@ -221,7 +221,7 @@ def test_grid_bound_over_v_separated_classes(kind, par):
 
 
 @pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "tail", "normal", "compact"])
-@pytest.mark.parametrize("vkind", ["normal", "falling", "equal"])
+@pytest.mark.parametrize("vkind", ["normal", "falling", "rising", "steps", "equal"])
 @pytest.mark.parametrize("par", [False, True])
 def test_grid_abs_sums_for_any_v(kind, vkind, par):
     # ApproxAP's bound over its relevant documents: sum_j w_kj |v_j - v_k| for v in any order
@@ -235,6 +235,9 @@ def test_grid_abs_sums_for_any_v(kind, vkind, par):
         x = _sorted_x(kind, n, rng)
     v = {"normal": rng.normal(size=n) * 0.01,
          "falling": -np.arange(n) / n + rng.normal(size=n) * 0.02,  # ApproxAP's, roughly
+         "rising": np.arange(n) / n + rng.normal(size=n) * 0.02,
+         # runs of equal v: members equal to a target's v at the ends of a partner's range
+         "steps": -np.floor(np.arange(n) / 97.0) * 0.1,
          "equal": np.full(n, -0.3)}[vkind]
     ex = _dense(x, v, np.zeros(n))
     bnd, aw = np.full(n, np.nan), np.full(n, np.nan)
@@ -448,15 +451,66 @@ def _one_long_ap_query(seed, sd, n=8000):
     return s, y, np.array([0, n], dtype=np.int64)
 
 
-def test_approx_ap_auto_splits_many_relevant_by_v():
-    # a long query whose 3,600 relevant documents are all within one window of each other: the
-    # automatic choice takes the grid, and the relevant documents' bound splits by v (pairs of
-    # different v classes on the grid, pairs within a class exactly); the exact windowed kernel
-    # is the reference
+@njit
+def _abs_choice(xr, vr):
+    """``_kernels._abs_cheaper`` for relevant documents at ``xr`` (sorted, the query's frame)
+    with weights ``vr``: whether their own bound sums take ``grid_abs_seq``."""
+    R = xr.shape[0]
+    S = pair_work(R)
+    S.x[:R] = xr
+    S.v[:R] = vr
+    _windows(S.x[:R], S.ex[:R], S.jend[:R], S.bend[:R])
+    return K._abs_cheaper(S, R)
+
+
+def _relevant_sorted(s, y):
+    """``x`` (alpha 10, the query's frame) and ApproxAP's ``v`` (the reference's, up to the
+    factor ``1 / R``) of the relevant documents of one query, in sorted order."""
+    obj = ApproxAP()
+    order = np.argsort(-s, kind="stable")
+    x, _ = _sorted_windows(s)
+    pos = np.empty(s.size)
+    R.positions_query(s.astype(np.float64), obj.alpha, pos)
+    rel = np.flatnonzero(y > 0).astype(np.int64)
+    v, e = np.zeros(s.size), np.zeros(s.size)
+    R._ap_first_second(pos, rel, obj.beta, 1.0, v, e)
+    keep = y[order] > 0
+    return x[keep], v[order][keep]
+
+
+def test_approx_ap_auto_relevant_bound_many_boxes():
+    # a long query whose 3,600 relevant documents spread over about 20 boxes: ApproxAP's v is
+    # close to monotone along the scores, so that few partner boxes straddle a document's v,
+    # and the automatic choice takes grid_abs_seq (partners whose members lie wholly above or
+    # below v_k summed once per box); the exact windowed kernel is the reference
     s, y, ptr = _one_long_ap_query(3, 0.3)
     assert _takes_grid(s[y >= 1])  # the relevant documents alone take the grid
+    xr, vr = _relevant_sorted(s, y)
+    inside, partners = njit(lambda x, v, c: G.abs_cost(x, v, x.shape[0], c))(xr, vr, 10**9)
+    assert partners > 8 * xr.size and inside <= K._ABS_INSIDE * xr.size
+    assert _abs_choice(xr, vr)
     _auto_against_exact(ApproxAP, s, y, ptr)
     _auto_against_exact(lambda: ApproxAP(hessian="bound_sum"), s, y, ptr)
+    _auto_against_exact(lambda: _split_from(ApproxAP(), 1000), s, y, ptr)
+
+
+def test_ap_bound_cost_model_takes_the_classes_where_v_straddles_the_boxes():
+    # where v is in no order along the scores every partner box straddles a document's v, and
+    # the relevant documents' bound takes the classes of v, not grid_abs_seq; v along the
+    # scores (either way) takes grid_abs_seq
+    rng = np.random.default_rng(21)
+    n = 3000
+    x = np.sort(-12.0 * rng.random(n))[::-1]
+    x -= x[0]
+    assert not _abs_choice(x, rng.normal(size=n))
+    assert _abs_choice(x, np.linspace(-1.0, 0.0, n))
+    assert _abs_choice(x, np.linspace(0.0, -1.0, n))
+    # the count stops soon after the cap
+    cost = njit(lambda x, v, c: G.abs_cost(x, v, x.shape[0], c))
+    v = rng.normal(size=n)
+    full, partners = cost(x, v, 10**9)
+    capped, _ = cost(x, v, n)
+    assert full > 8 * n and partners >= full and n < capped < full
 
 
 def test_approx_ap_auto_relevant_bound_few_boxes():
@@ -465,8 +519,8 @@ def test_approx_ap_auto_relevant_bound_few_boxes():
     # exact windowed kernel is the reference
     s, y, ptr = _one_long_ap_query(4, 0.02)
     n = s.size
-    x, _ = _sorted_windows(s[y >= 1])
-    assert njit(lambda x: G.abs_cost(x, x.shape[0]))(x) <= K._ABS_PARTNERS * x.size
+    xr, vr = _relevant_sorted(s, y)
+    assert _abs_choice(xr, vr)
 
     # the query on one thread (grid_abs_seq), then its rows across threads (grid_abs_par)
     _auto_against_exact(lambda: _split_from(ApproxAP(), n + 1), s, y, ptr)
@@ -481,20 +535,19 @@ def test_approx_ap_auto_relevant_bound_few_boxes_below_grid_min():
     # the kernel's choices on this query: its positions and its bound on the grid, and the
     # cost model's for the relevant documents (their x in the query's frame, sorted)
     x, jend = _sorted_windows(s)
-    rel = y[np.argsort(-s, kind="stable")] >= 1
-    xr, R = x[rel], int(rel.sum())
+    xr, vr = _relevant_sorted(s, y)
+    R = xr.size
 
     @njit
-    def choices(x, jend, xr):
+    def bound_on_grid(x, jend, xr):
         S = pair_work(xr.shape[0])
         S.x[:xr.shape[0]] = xr
         R = xr.shape[0]
         _windows(S.x[:R], S.ex[:R], S.jend[:R], S.bend[:R])
-        return (K._ap_bound_on_grid(x, jend, x.shape[0], S.jend[:R], 0),
-                K._abs_cheaper(S, R))
+        return K._ap_bound_on_grid(x, jend, x.shape[0], S.jend[:R], 0)
 
     assert 200 < R < G.GRID_MIN_N and _takes_grid(s)
-    assert choices(x, jend, xr) == (True, True)
+    assert bound_on_grid(x, jend, xr) and _abs_choice(xr, vr)
     _auto_against_exact(ApproxAP, s, y, ptr)
     _auto_against_exact(lambda: _split_from(ApproxAP(), 500), s, y, ptr)
 
