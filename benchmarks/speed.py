@@ -4,6 +4,7 @@
     python benchmarks/speed.py --quick    # smoke run
     python benchmarks/speed.py --cold-start-only   # re-make section 5 of speed.md alone
     OMP_WAIT_POLICY=passive python benchmarks/speed.py --lengths-only   # section 4 (54 min)
+    OMP_WAIT_POLICY=passive python benchmarks/speed.py --kernels-only   # sections 1 and 2
 
 Writes benchmarks/results/speed.md (or speed_quick.md), speed_throughput.png and
 speed_lengths.png:
@@ -507,11 +508,46 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
          f"NUMBA_THREADING_LAYER={os.environ.get('NUMBA_THREADING_LAYER', 'unset')}; "
          f"wall time {elapsed / 60:.1f} min; 1-minute load average {load[0]:.2f} at the start "
          f"and {load[1]:.2f} at the end (above 0 means other work shared the cores). Kernel "
-         "timings are best of repeats; training times are medians over iterations.\n",
-         "## 1. Kernel throughput (1e9 ordered pairs n(n-1) per second, gradient + Hessian)\n",
-         "Fixed total number of documents; `equal`: all scores equal (every pair in the window, "
-         "the first boosting iteration), `normal`: N(0, 1) scores with alpha = 10. Target: fast "
-         "ndcg >= 1.0, fast ap within 1.5x of it.\n"]
+         "timings are best of repeats; training times are medians over iterations.\n"]
+    L += kernel_sections(kernels, huge)
+    L.append("## 3. Training: seconds per boosting iteration and peak memory\n")
+    reset = all(r.get("peak_reset") for r in training)
+    L.append("Median of the iterations after the first. Memory: resident set of the training "
+             "process with the data in memory, before training (data, libraries and, for "
+             "approx_ndcg_obj, Numba), and its peak during training "
+             + ("(the peak was reset after generating the data)" if reset else
+                "(peak not reset: it includes generating the data)")
+             + "; the native process never imports approx_gbdt or Numba. Target: "
+             "approx_ndcg_obj <= 1.1x native, memory within 10 %.\n")
+    L.append("| setting | library | objective | docs | s / iter | ratio to native | "
+             "RSS before training (MB) | peak RSS in training (MB) | memory ratio |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    native = {(r["setting"], r["lib"]): r for r in training if r["objective"] == "native"}
+    for r in training:
+        nat = native.get((r["setting"], r["lib"]))
+        ratio = r["sec_per_iter"] / nat["sec_per_iter"] if nat else float("nan")
+        mem = r["peak_rss_mb"] / nat["peak_rss_mb"] if nat else float("nan")
+        L.append(f"| {r['setting']} | {r['lib']} | {r['objective']} | {r['docs']} | "
+                 f"{r['sec_per_iter']:.3f} | {ratio:.2f} | {r['rss_after_data_mb']:.0f} | "
+                 f"{r['peak_rss_mb']:.0f} | {mem:.2f} |")
+    L.append("")
+    if lengths:
+        L += lengths_section(lengths, path)
+    if cold:
+        L += cold_section(cold)
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def kernel_sections(kernels, huge, remade=None):
+    """Sections 1 and 2's lines (kernel throughput, one huge query); ``remade``: the command
+    that re-made them alone (``--kernels-only``), stated in section 1."""
+    L = ["## 1. Kernel throughput (1e9 ordered pairs n(n-1) per second, gradient + Hessian)\n"]
+    if remade:
+        L.append(_remade_note(remade, "Sections 1 and 2 re-made together"))
+    L.append("Fixed total number of documents; `equal`: all scores equal (every pair in the "
+             "window, the first boosting iteration), `normal`: N(0, 1) scores with alpha = 10. "
+             "Target: fast ndcg >= 1.0, fast ap within 1.5x of it.\n")
     cols = ["fast ndcg (mixed)", "fast ndcg (mixed_sum)", "fast ndcg (bound)", "fast ap (mixed)",
             "fast ap (bound)", "fast ap (bound_sum)", "exact ndcg (mixed)", "numpy ndcg (bound)",
             "torch autograd ndcg (grad only)"]
@@ -543,42 +579,16 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
                  f"{ex_s} | {r['errors']} | {r['grad_rel_err']:.1e} | {r['hess_rel_err']:.1e} | "
                  f"{pe} | {r['work_bytes']} |")
     L.append("")
-    L.append("## 3. Training: seconds per boosting iteration and peak memory\n")
-    reset = all(r.get("peak_reset") for r in training)
-    L.append("Median of the iterations after the first. Memory: resident set of the training "
-             "process with the data in memory, before training (data, libraries and, for "
-             "approx_ndcg_obj, Numba), and its peak during training "
-             + ("(the peak was reset after generating the data)" if reset else
-                "(peak not reset: it includes generating the data)")
-             + "; the native process never imports approx_gbdt or Numba. Target: "
-             "approx_ndcg_obj <= 1.1x native, memory within 10 %.\n")
-    L.append("| setting | library | objective | docs | s / iter | ratio to native | "
-             "RSS before training (MB) | peak RSS in training (MB) | memory ratio |")
-    L.append("|---|---|---|---|---|---|---|---|---|")
-    native = {(r["setting"], r["lib"]): r for r in training if r["objective"] == "native"}
-    for r in training:
-        nat = native.get((r["setting"], r["lib"]))
-        ratio = r["sec_per_iter"] / nat["sec_per_iter"] if nat else float("nan")
-        mem = r["peak_rss_mb"] / nat["peak_rss_mb"] if nat else float("nan")
-        L.append(f"| {r['setting']} | {r['lib']} | {r['objective']} | {r['docs']} | "
-                 f"{r['sec_per_iter']:.3f} | {ratio:.2f} | {r['rss_after_data_mb']:.0f} | "
-                 f"{r['peak_rss_mb']:.0f} | {mem:.2f} |")
-    L.append("")
-    if lengths:
-        L += lengths_section(lengths, path)
-    if cold:
-        L += cold_section(cold)
-    with open(path, "w") as f:
-        f.write("\n".join(L) + "\n")
+    return L
 
 
-def _remade_note(remade):
+def _remade_note(remade, what="Re-made alone"):
     """The line of a section re-made alone by the command ``remade``: when, at which commit."""
     sys.path.insert(0, HERE)
     from _common import commit
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return (f"Re-made alone by `{remade}` on {when} at commit {commit()}; the other sections "
+    return (f"{what} by `{remade}` on {when} at commit {commit()}; the other sections "
             "are from the run above unless they say otherwise.\n")
 
 
@@ -675,6 +685,34 @@ def remake_cold_section(path, cmd):
     os.replace(path + ".tmp", path)
 
 
+def bench_kernel_sections(quick):
+    """The rows of sections 1 and 2: kernel throughput and one huge query."""
+    if quick:
+        return (bench_kernels(20_000, [10, 100, 1000, 10_000], True),
+                bench_huge(20_000) + bench_huge(200_000, exact="sample"))
+    return (bench_kernels(100_000, [10, 100, 1000, 10_000, 100_000], False),
+            bench_huge(100_000) + bench_huge(1_000_000, exact="sample"))
+
+
+def remake_kernel_sections(path, cmd, quick):
+    """Replace sections 1 and 2 of the report at ``path`` (kernel throughput, one huge query)
+    and the throughput plot by a new measurement (the rest kept; the file is replaced only once
+    the measurement is done)."""
+    with open(path) as f:
+        text = f.read()
+    first, third = "## 1. Kernel throughput", "## 3. Training"
+    if text.count(first) != 1 or text.count(third) != 1 or text.index(first) > text.index(third):
+        raise SystemExit(f"{path} has no sections 1 to 3 in order to re-make sections 1 and 2 "
+                         "of: run the full benchmark first")
+    head, tail = text[:text.index(first)], text[text.index(third):]
+    kernels, huge = bench_kernel_sections(quick)
+    lines = kernel_sections(kernels, huge, cmd)
+    with open(path + ".tmp", "w") as f:
+        f.write(head + "\n".join(lines) + "\n" + tail)
+    os.replace(path + ".tmp", path)
+    plot(path[:-3] + "_throughput.png", kernels)
+
+
 def remake_lengths_section(path, cmd, quick):
     """Replace section 4 of the report at ``path`` and its plot by a new measurement (the rest
     kept; the file is replaced only once the measurement is done)."""
@@ -761,7 +799,18 @@ def main():
     ap.add_argument("--lengths-only", action="store_true",
                     help="re-make section 4 (seconds per iteration against list length) and "
                          "its plot of the existing report alone")
+    ap.add_argument("--kernels-only", action="store_true",
+                    help="re-make sections 1 and 2 (kernel throughput, one huge query) and "
+                         "the throughput plot of the existing report alone")
     args = ap.parse_args()
+    if args.kernels_only:
+        name = "speed_quick" if args.quick else "speed"
+        wait = os.environ.get("OMP_WAIT_POLICY")
+        remake_kernel_sections(os.path.join(RESULTS, name + ".md"),
+                               (f"OMP_WAIT_POLICY={wait} " if wait else "")
+                               + "python benchmarks/speed.py --kernels-only"
+                               + (" --quick" if args.quick else ""), args.quick)
+        return
     if args.lengths_only:
         name = "speed_quick" if args.quick else "speed"
         wait = os.environ.get("OMP_WAIT_POLICY")
@@ -784,16 +833,13 @@ def main():
     load0 = os.getloadavg()[0]
     cmd = "python benchmarks/speed.py" + (" --quick" if args.quick else "") + (
         " --skip-training" if args.skip_training else "")
+    kernels, huge = bench_kernel_sections(args.quick)
     if args.quick:
-        kernels = bench_kernels(20_000, [10, 100, 1000, 10_000], True)
-        huge = bench_huge(20_000) + bench_huge(200_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light-quick", "mslr-quick"], 6)
         lengths = [] if args.skip_training else bench_lengths(20_000, 4, repeats=2)
         cold = bench_cold_start()
         name = "speed_quick"
     else:
-        kernels = bench_kernels(100_000, [10, 100, 1000, 10_000, 100_000], False)
-        huge = bench_huge(100_000) + bench_huge(1_000_000, exact="sample")
         training = [] if args.skip_training else bench_training(["light", "mslr"], 8)
         lengths = [] if args.skip_training else bench_lengths(100_000, LENGTH_ITERS)
         cold = bench_cold_start()

@@ -562,6 +562,41 @@ def test_ndcg_cross_pairs_against_autograd():
     np.testing.assert_allclose(g_raw, -torch.autograd.grad(val, st)[0].numpy(), atol=1e-12)
 
 
+def test_speed_kernel_sections_remade_alone(tmp_path, monkeypatch):
+    """``speed.py --kernels-only`` replaces sections 1 and 2 of an existing report (and the
+    throughput plot), keeping the header and sections 3 to 5."""
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location("_bench_speed", BENCH / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    kernels = [{"n": n, "queries": 1000 // n, "scores": d, "fast ndcg (mixed)": 2.5e9 * n,
+                "fast ap (bound)": 1.25e9 * n} for n in (10, 100) for d in ("equal", "normal")]
+    huge = [{"n": 1000, "scores": "normal", "fast_s": 0.0123, "ap_s": 0.0456, "ap5_s": 0.01,
+             "ap5_err": 2e-9, "exact_s": 1.5, "errors": "whole query", "grad_rel_err": 3e-9,
+             "hess_rel_err": 4e-9, "work_bytes": 8000}]
+    monkeypatch.setattr(speed, "bench_kernel_sections", lambda quick: (kernels, huge))
+    report = tmp_path / "speed.md"
+    report.write_text("# Speed\n\nCommand: `kept header`\n\n"
+                      "## 1. Kernel throughput (old)\n\nSTALE-1\n\n"
+                      "## 2. One huge query (old)\n\nSTALE-2\n\n"
+                      "## 3. Training\n\nkept 3\n\n## 4. Lengths\n\nkept 4\n")
+    speed.remake_kernel_sections(str(report), "CMD", False)
+    text = report.read_text()
+    assert "STALE" not in text and "kept header" in text
+    assert "kept 3" in text and "kept 4" in text
+    assert text.index("# Speed") < text.index("## 1.") < text.index("## 2.") < text.index("## 3.")
+    assert "|\n\n## 3. Training" in text  # one blank line after the table
+    assert "Sections 1 and 2 re-made together by `CMD`" in text
+    line = next(t for t in text.splitlines() if t.startswith("| 100 | 10 | normal |"))
+    assert line.startswith("| 100 | 10 | normal | 250.000 | n/a | n/a | n/a | 125.000 |"), line
+    assert "| 1000 | normal | 0.012 | 0.05 | 0.01 | 2.0e-09 | 1.5 | whole query |" in text
+    assert (tmp_path / "speed_throughput.png").stat().st_size > 0
+    other = tmp_path / "other.md"  # sections out of order
+    other.write_text("# Speed\n\n## 3. Training\n\n## 1. Kernel throughput\n")
+    with pytest.raises(SystemExit, match="no sections 1 to 3 in order"):
+        speed.remake_kernel_sections(str(other), "CMD", False)
+
+
 def test_speed_lengths_section_remade_alone(tmp_path, monkeypatch):
     """``speed.py --lengths-only`` replaces section 4 of an existing report (and its plot),
     keeping the other sections; each cell is the median over the rounds of the seconds, with
