@@ -74,16 +74,17 @@ members with ``v_j < v_k`` and ``T_1``, ``T_v`` those of all members,
 
 with ``S_1`` and ``S_v`` running sums at a pointer that only moves forward as the box's
 targets go through ascending ``v`` (:func:`grid_abs_seq`). Where every member of ``B`` lies at
-or above ``v_k`` (``S = 0``) or at or below it (``S = T``) the sum is ``T_v - v_k T_1`` or
-its negative: those partners' node values meet the target box once, summed into two vectors
-that a target reads with two dot products, and only a partner whose members' ``v`` straddle
-``v_k`` takes the pointer and its own ``_P x _P`` product. As the targets go up in ``v`` a
-partner passes from above to straddling to below once. ApproxAP's ``v`` is close to monotone
-along the scores, so that few partners straddle (1.8-1.9 of 6-10 a document on lists of
-10,000 after 50-100 LightGBM rounds): O(_P) per target and partner box, O(_P^2) per target and
-straddling partner (those within ``_D_ABS``), after the sort, and O(_P) memory per box. The
-classes cost O(_P^2 C) per pair of boxes, O(_P C) per document and the exact pairs within a
-class: cheaper where many partners straddle a document's ``v`` (:func:`abs_cost` counts them).
+or above ``v_k``, or every one at or below it, the sum is ``T_v - v_k T_1`` or its negative:
+those partners' node values meet the target box once, summed into two vectors that a target
+reads with two dot products, and only a partner whose members' ``v`` straddle ``v_k`` takes the
+pointer and its own ``_P x _P`` product. As the targets go up in ``v`` a partner passes from
+above to straddling to below once. ApproxAP's ``v`` is close to monotone along the scores, so
+that few partners straddle (1.8-1.9 of 6-10 a document on lists of 10,000 after 50-100 LightGBM
+rounds): O(1) per target and partner box, O(_P) per target, O(_P^2) per pair of boxes and per
+target and straddling partner (partners within ``_D_ABS``), after the sort, and O(_P) memory per
+box. The classes cost O(_P^2 C) per pair of boxes, O(_P C) per document and the exact pairs
+within a class: cheaper where many partners straddle a document's ``v`` (:func:`abs_cost` counts
+them).
 
 Error bound. With ``_H = 1`` and ``_P = 8`` the interpolation error of each kernel on any
 pair of boxes (both ends interpolated) is at most ``eps_K`` = 3.4e-9 (sig), 1.1e-8 (w),
@@ -220,15 +221,22 @@ def _partners(bid, nb, d, nlo, nhi):
 
 
 @njit(cache=True, **_STEP)
-def _partner_work(x, n, d):
-    """``(sum_b cnt_b (partners of b), sum_b (partners of b))`` of one sorted query,
-    partners within ``d`` boxes: the work of the grid's paths (:func:`_costs`,
-    :func:`abs_cost`)."""
+def _box_partners(x, n, d):
+    """Occupied boxes of one sorted query (``nb``, their numbers of documents ``cnt``) and
+    each box's partners within ``d`` boxes, ``[ends[0, b], ends[1, b])``."""
     bid = np.empty(n)
     cnt = np.empty(n, dtype=np.int64)
     nb = _box_ids(x[:n], bid, cnt)
     ends = np.empty((2, nb), dtype=np.int64)
     _partners(bid, nb, d, ends[0], ends[1])
+    return nb, cnt, ends
+
+
+@njit(cache=True, **_STEP)
+def _partner_work(x, n, d):
+    """``(sum_b cnt_b (partners of b), sum_b (partners of b))`` of one sorted query,
+    partners within ``d`` boxes: the work of the grid's paths (:func:`_costs`)."""
+    nb, cnt, ends = _box_partners(x, n, d)
     per_doc = 0
     per_box = 0
     for b in range(nb):
@@ -962,10 +970,11 @@ def grid_abs_seq(x, v, bnd, aw, gt, lag, rows):
     """``bnd[k] = sum_{j != k} w_kj |v_j - v_k|`` and ``aw[k] = sum_{j != k} w_kj`` of one
     sorted query by the grid, for ``v`` in any order (ApproxAP's bound over its relevant
     documents; module notes), over the pairs at most ``_D_ABS`` boxes apart (the others add
-    less than ``e^-20`` of their weights): O(_P) per document and partner box and O(_P^2) per
-    document and partner box whose members' ``v`` straddle the document's, after a sort of
-    each box by ``v``. ``lag[rows[r]]``: document ``r``'s Lagrange values on this
-    ``x`` (the positions step's), or ``rows`` empty (computed here)."""
+    less than ``e^-20`` of their weights): O(1) per document and partner box, O(_P) per
+    document, O(_P^2) per pair of boxes and per document and partner box whose members' ``v``
+    straddle the document's, after a sort of each box by ``v``. ``lag[rows[r]]``: document
+    ``r``'s Lagrange values on this ``x`` (the positions step's), or ``rows`` empty (computed
+    here)."""
     tab, bid, bstart, nlo, nhi, nb, lag, rows, own = _abs_setup(x, gt, lag, rows)
     vo = np.empty(x.shape[0], dtype=np.int64)
     tot = np.empty((nb, 2, _P))
@@ -999,11 +1008,7 @@ def abs_cost(x, v, n, cap):
     whose members' ``v`` lie on both sides of ``v_k`` (``min v < v_k < max v``: those take the
     pointer, O(_P^2) each) and of all their partner boxes (O(1) each). The count of ``inside``
     stops at the end of the box where it passes ``cap``."""
-    bid = np.empty(n)
-    cnt = np.empty(n, dtype=np.int64)
-    nb = _box_ids(x[:n], bid, cnt)
-    ends = np.empty((2, nb), dtype=np.int64)
-    _partners(bid, nb, _D_ABS, ends[0], ends[1])
+    nb, cnt, ends = _box_partners(x, n, _D_ABS)
     partners = 0
     for b in range(nb):
         partners += cnt[b] * (ends[1, b] - ends[0, b])

@@ -412,10 +412,10 @@ def _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag):
     bnd = W.bnd[:n]
     if R == 0:
         return
-    # the relevant documents' own sums: within a few boxes, by the grid for any v; else split
-    # by v where the grid is cheaper for them (ApproxNDCG's cost model ``use_grid``, which
-    # leaves out the split's classes and its pairs within a class), else the exact windowed
-    # loops
+    # the relevant documents' own sums: with few partner boxes straddling a document's v, by the
+    # grid for any v; else split by v where the grid is cheaper for them (ApproxNDCG's cost
+    # model ``use_grid``, which leaves out the split's classes and its pairs within a class),
+    # else the exact windowed loops
     if gp == 0 and _abs_cheaper(S, R):
         # few partner boxes per document whose v straddle its own: each box sorted by v
         # (grid_abs_seq), the positions step's Lagrange values
@@ -449,13 +449,17 @@ def _abs_cheaper(S, R):
     """Whether :func:`grid_abs_seq` is the cheaper way to the bound's sums over the ``R``
     relevant documents of ``S`` (:func:`_relevant_part`, its windows and ``v`` made): at most
     ``_ABS_INSIDE`` partner boxes per document on average whose members' ``v`` lie on both
-    sides of the document's (:func:`~approx_gbdt._grid.abs_cost`; the others cost O(1)
-    each), and, below ``GRID_MIN_N`` documents, cheaper than the exact windowed loops by a
-    cost model fitted on one thread (queries of 1,000 and 10,000 documents, 20 to 500
+    sides of the document's (:func:`~approx_gbdt._grid.abs_cost`; O(_P^2) each, the others
+    O(1) each, plus O(_P) per document and O(_P^2) per pair of boxes); from ``GRID_MIN_N``
+    documents, where the grid is cheaper for them than the exact windowed loops
+    (:func:`~approx_gbdt._grid.use_grid`, ApproxNDCG's model: documents spread one or two a
+    box have many partner boxes and few pairs), and below, where a cost model fitted on one
+    thread finds it cheaper than those loops (queries of 1,000 and 10,000 documents, 20 to 500
     relevant ones, every pair in the window): exact ~ 0.57 ns per window pair, grid ~ 2.5 us
     + 70 ns per document and partner box (all partners: the model was fitted where every
-    partner took the pointer, so that it errs towards the exact loops). From ``GRID_MIN_N``
-    documents the classes of ``v`` are the alternative, not the exact loops. Below
+    partner took the pointer, so that it errs towards the exact loops). Where it returns False
+    from ``GRID_MIN_N`` documents, the classes of ``v`` are taken if the grid is cheaper for
+    the relevant documents, else the exact loops. Below
     ``_ABS_MIN_R`` relevant documents: False without counting (the model picks the grid from
     about 280)."""
     if R < _ABS_MIN_R:
@@ -464,7 +468,7 @@ def _abs_cheaper(S, R):
     if inside > _ABS_INSIDE * R:
         return False
     if R >= GRID_MIN_N:
-        return True
+        return use_grid(S.x[:R], S.jend, R, 0)
     return 0.57 * window_pairs(S.jend, R) > 2500.0 + 70.0 * partners
 
 

@@ -502,6 +502,8 @@ def test_ap_bound_cost_model_takes_the_classes_where_v_straddles_the_boxes():
     n = 3000
     x = np.sort(-12.0 * rng.random(n))[::-1]
     x -= x[0]
+    jend = np.searchsorted(-x, -x + K._T, side="right").astype(np.int64)
+    assert G.use_grid(x, jend, n, 0)  # the grid is cheaper than the exact loops: the classes
     assert not _abs_choice(x, rng.normal(size=n))
     assert _abs_choice(x, np.linspace(-1.0, 0.0, n))
     assert _abs_choice(x, np.linspace(0.0, -1.0, n))
