@@ -539,12 +539,13 @@ def write_report(path, cmd, kernels, huge, training, elapsed, load, lengths=(), 
         f.write("\n".join(L) + "\n")
 
 
-def kernel_sections(kernels, huge, remade=None):
+def kernel_sections(kernels, huge, remade=None, load0=None):
     """Sections 1 and 2's lines (kernel throughput, one huge query); ``remade``: the command
-    that re-made them alone (``--kernels-only``), stated in section 1."""
+    that re-made them alone (``--kernels-only``), stated in section 1 with the load average at
+    its start, ``load0``."""
     L = ["## 1. Kernel throughput (1e9 ordered pairs n(n-1) per second, gradient + Hessian)\n"]
     if remade:
-        L.append(_remade_note(remade, "Sections 1 and 2 re-made together"))
+        L.append(_remade_note(remade, "Sections 1 and 2 re-made together", load0))
     L.append("Fixed total number of documents; `equal`: all scores equal (every pair in the "
              "window, the first boosting iteration), `normal`: N(0, 1) scores with alpha = 10. "
              "Target: fast ndcg >= 1.0, fast ap within 1.5x of it.\n")
@@ -582,25 +583,30 @@ def kernel_sections(kernels, huge, remade=None):
     return L
 
 
-def _remade_note(remade, what="Re-made alone"):
-    """The line of a section re-made alone by the command ``remade``: when, at which commit."""
+def _remade_note(remade, what="Re-made alone", load0=None):
+    """The line of a section re-made alone by the command ``remade``: when, at which commit,
+    and the 1-minute load average at its start (``load0``, when given) and end."""
     sys.path.insert(0, HERE)
     from _common import commit
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return (f"{what} by `{remade}` on {when} at commit {commit()}; the other sections "
-            "are from the run above unless they say otherwise.\n")
+    load = os.getloadavg()[0]
+    loads = (f"1-minute load average {load0:.2f} at the start and {load:.2f} at the end"
+             if load0 is not None else f"1-minute load average {load:.2f} at the end")
+    return (f"{what} by `{remade}` on {when} at commit {commit()} ({loads}); the other "
+            "sections are from the run above unless they say otherwise.\n")
 
 
-def lengths_section(lengths, path, remade=None):
+def lengths_section(lengths, path, remade=None, load0=None):
     """Section 4's lines (the list-length table); ``remade``: the command that re-made it
-    alone (``--lengths-only``), stated in the section."""
+    alone (``--lengths-only``), stated in the section with the load average at its start,
+    ``load0``."""
     total = lengths[0]["docs"]
     rounds = 1 + max(r.get("repeat", 0) for r in lengths)
     iters = sorted({r["iters"] for r in lengths if "iters" in r})
     L = ["## 4. Seconds per boosting iteration against list length\n"]
     if remade:
-        L.append(_remade_note(remade))
+        L.append(_remade_note(remade, load0=load0))
     L.append(f"{total} documents in total, 20 features, 31 leaves, max_bin 63; native = "
              "LightGBM lambdarank / XGBoost rank:ndcg. Threads: the host library's "
              "`num_threads` / `nthread` (the objectives follow it). Busy: a second "
@@ -653,12 +659,12 @@ def lengths_section(lengths, path, remade=None):
     return L
 
 
-def cold_section(cold, remade=None):
+def cold_section(cold, remade=None, load0=None):
     """Section 5's lines; ``remade``: the command that re-made it alone (``--cold-start-only``),
-    stated in the section."""
+    stated in the section with the load average at its start, ``load0``."""
     L = ["## 5. First call with an empty Numba cache\n"]
     if remade:
-        L.append(_remade_note(remade))
+        L.append(_remade_note(remade, load0=load0))
     L.append("Each column one fresh process with a new `NUMBA_CACHE_DIR` (a new user's first "
              "run: Numba compiles the kernels) or the folder the first one filled (every "
              "later run: it loads them); 200 generated queries of 20-120 documents. "
@@ -679,7 +685,8 @@ def remake_cold_section(path, cmd):
     with open(path) as f:
         text = f.read()
     head = text.split("## 5. First call with an empty Numba cache")[0].rstrip("\n")
-    lines = cold_section(bench_cold_start(), cmd)
+    load0 = os.getloadavg()[0]
+    lines = cold_section(bench_cold_start(), cmd, load0)
     with open(path + ".tmp", "w") as f:
         f.write(head + "\n\n" + "\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
@@ -705,8 +712,9 @@ def remake_kernel_sections(path, cmd, quick):
         raise SystemExit(f"{path} has no sections 1 to 3 in order to re-make sections 1 and 2 "
                          "of: run the full benchmark first")
     head, tail = text[:text.index(first)], text[text.index(third):]
+    load0 = os.getloadavg()[0]
     kernels, huge = bench_kernel_sections(quick)
-    lines = kernel_sections(kernels, huge, cmd)
+    lines = kernel_sections(kernels, huge, cmd, load0)
     with open(path + ".tmp", "w") as f:
         f.write(head + "\n".join(lines) + "\n" + tail)
     os.replace(path + ".tmp", path)
@@ -724,9 +732,10 @@ def remake_lengths_section(path, cmd, quick):
                          "full benchmark first")
     head, rest = parts
     tail = rest[rest.index("## 5. "):] if "## 5. " in rest else ""
+    load0 = os.getloadavg()[0]
     lengths = (bench_lengths(20_000, 4, repeats=2) if quick
                else bench_lengths(100_000, LENGTH_ITERS))
-    lines = lengths_section(lengths, path, cmd)
+    lines = lengths_section(lengths, path, cmd, load0)
     with open(path + ".tmp", "w") as f:
         f.write(head + "\n".join(lines) + "\n" + tail)
     os.replace(path + ".tmp", path)
@@ -788,42 +797,40 @@ def plot_lengths(path, lengths):
     fig.savefig(path, dpi=120)
 
 
+def _only_cmd(flag, quick, wait=True):
+    """The command line of a re-make of some sections (``flag``), as the report states it:
+    with ``OMP_WAIT_POLICY`` when it was set (``wait``; the cold start does not depend on
+    it)."""
+    policy = os.environ.get("OMP_WAIT_POLICY") if wait else None
+    return ((f"OMP_WAIT_POLICY={policy} " if policy else "") + f"python benchmarks/speed.py {flag}"
+            + (" --quick" if quick else ""))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run (small sizes)")
     ap.add_argument("--train-one", nargs=5, metavar=("SETTING", "LIB", "OBJ", "ITERS", "THREADS"))
     ap.add_argument("--skip-training", action="store_true")
-    ap.add_argument("--cold-start-only", action="store_true",
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--cold-start-only", action="store_true",
                     help="re-make section 5 (the first call with an empty Numba cache) of the "
                          "existing report alone")
-    ap.add_argument("--lengths-only", action="store_true",
+    only.add_argument("--lengths-only", action="store_true",
                     help="re-make section 4 (seconds per iteration against list length) and "
                          "its plot of the existing report alone")
-    ap.add_argument("--kernels-only", action="store_true",
+    only.add_argument("--kernels-only", action="store_true",
                     help="re-make sections 1 and 2 (kernel throughput, one huge query) and "
                          "the throughput plot of the existing report alone")
     args = ap.parse_args()
+    report = os.path.join(RESULTS, ("speed_quick" if args.quick else "speed") + ".md")
     if args.kernels_only:
-        name = "speed_quick" if args.quick else "speed"
-        wait = os.environ.get("OMP_WAIT_POLICY")
-        remake_kernel_sections(os.path.join(RESULTS, name + ".md"),
-                               (f"OMP_WAIT_POLICY={wait} " if wait else "")
-                               + "python benchmarks/speed.py --kernels-only"
-                               + (" --quick" if args.quick else ""), args.quick)
+        remake_kernel_sections(report, _only_cmd("--kernels-only", args.quick), args.quick)
         return
     if args.lengths_only:
-        name = "speed_quick" if args.quick else "speed"
-        wait = os.environ.get("OMP_WAIT_POLICY")
-        remake_lengths_section(os.path.join(RESULTS, name + ".md"),
-                               (f"OMP_WAIT_POLICY={wait} " if wait else "")
-                               + "python benchmarks/speed.py --lengths-only"
-                               + (" --quick" if args.quick else ""), args.quick)
+        remake_lengths_section(report, _only_cmd("--lengths-only", args.quick), args.quick)
         return
     if args.cold_start_only:
-        name = "speed_quick" if args.quick else "speed"
-        remake_cold_section(os.path.join(RESULTS, name + ".md"),
-                            "python benchmarks/speed.py --cold-start-only"
-                            + (" --quick" if args.quick else ""))
+        remake_cold_section(report, _only_cmd("--cold-start-only", args.quick, wait=False))
         return
     if args.train_one:
         setting, lib, objective, iters, threads = args.train_one
