@@ -679,6 +679,13 @@ def cold_section(cold, remade=None, load0=None):
     return L
 
 
+def _replace(path, text):
+    """Write ``text`` to ``path`` once it is whole: to a temporary file, then renamed over it."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def remake_cold_section(path, cmd):
     """Replace section 5 of the report at ``path`` by a new measurement (the rest kept; the
     file is replaced only once the measurement is done)."""
@@ -687,9 +694,7 @@ def remake_cold_section(path, cmd):
     head = text.split("## 5. First call with an empty Numba cache")[0].rstrip("\n")
     load0 = os.getloadavg()[0]
     lines = cold_section(bench_cold_start(), cmd, load0)
-    with open(path + ".tmp", "w") as f:
-        f.write(head + "\n\n" + "\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    _replace(path, head + "\n\n" + "\n".join(lines) + "\n")
 
 
 def bench_kernel_sections(quick):
@@ -715,9 +720,7 @@ def remake_kernel_sections(path, cmd, quick):
     load0 = os.getloadavg()[0]
     kernels, huge = bench_kernel_sections(quick)
     lines = kernel_sections(kernels, huge, cmd, load0)
-    with open(path + ".tmp", "w") as f:
-        f.write(head + "\n".join(lines) + "\n" + tail)
-    os.replace(path + ".tmp", path)
+    _replace(path, head + "\n".join(lines) + "\n" + tail)
     plot(path[:-3] + "_throughput.png", kernels)
 
 
@@ -736,9 +739,7 @@ def remake_lengths_section(path, cmd, quick):
     lengths = (bench_lengths(20_000, 4, repeats=2) if quick
                else bench_lengths(100_000, LENGTH_ITERS))
     lines = lengths_section(lengths, path, cmd, load0)
-    with open(path + ".tmp", "w") as f:
-        f.write(head + "\n".join(lines) + "\n" + tail)
-    os.replace(path + ".tmp", path)
+    _replace(path, head + "\n".join(lines) + "\n" + tail)
     plot_lengths(path[:-3] + "_lengths.png", lengths)
 
 
@@ -845,18 +846,16 @@ def main():
         training = [] if args.skip_training else bench_training(["light-quick", "mslr-quick"], 6)
         lengths = [] if args.skip_training else bench_lengths(20_000, 4, repeats=2)
         cold = bench_cold_start()
-        name = "speed_quick"
     else:
         training = [] if args.skip_training else bench_training(["light", "mslr"], 8)
         lengths = [] if args.skip_training else bench_lengths(100_000, LENGTH_ITERS)
         cold = bench_cold_start()
-        name = "speed"
     os.makedirs(RESULTS, exist_ok=True)
-    write_report(os.path.join(RESULTS, name + ".md"), cmd, kernels, huge, training,
-                 time.time() - t0, (load0, os.getloadavg()[0]), lengths, cold)
-    plot(os.path.join(RESULTS, name + "_throughput.png"), kernels)
+    write_report(report, cmd, kernels, huge, training, time.time() - t0,
+                 (load0, os.getloadavg()[0]), lengths, cold)
+    plot(report[:-3] + "_throughput.png", kernels)
     if lengths:
-        plot_lengths(os.path.join(RESULTS, name + "_lengths.png"), lengths)
+        plot_lengths(report[:-3] + "_lengths.png", lengths)
 
 
 if __name__ == "__main__":
