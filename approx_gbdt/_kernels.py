@@ -58,6 +58,18 @@ from approx_gbdt._grid import (
     use_grid,
     window_pairs,
 )
+from approx_gbdt._lanes import (
+    LANES,
+    LANES_N,
+    LANES_N_AP,
+    lane_chain,
+    lane_finish,
+    lane_positions,
+    lane_push,
+    lane_separable_ve,
+    lane_start,
+    lane_work,
+)
 from approx_gbdt._measure_terms import (
     _H_CACHE_MAX,
     TERM_LOG,
@@ -116,6 +128,7 @@ __all__ = [
     "HESS_BOUND_SUM",
     "has_hessian",
     "KIND_AP",
+    "LANES_N",
     "SMALL_N",
     "_PAR_MIN",
     "_T",
@@ -627,8 +640,8 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # its mode uses: ApproxAP's default Hessian ("bound") needs none of the exact sums;
 # ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass that constant on to
 # ``_sorted_finish``, which Numba then compiles for the literal (once per variant). The blocks
-# of the direct loops (``_small``) are never used together with the windowed short blocks in
-# one call: they inline the last step
+# of the direct loops (``_small``) and of the lane loops (``_lanes``) are never used together
+# with each other or with the windowed short blocks in one call: they inline the last step
 # (``finish_rows``; calling ``_sorted_finish`` made them 15 % slower on queries of 10
 # documents), and ApproxAP's comes in one variant, as it never needs the exact diagonal's sums.
 
@@ -731,6 +744,92 @@ def _small_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
         small_chain(n, W, P, False, mode == HESS_BOUND_SUM)
         finish_rows(n, W, ident, alpha, mode, floor, constant, normalize, False, W.v[:0], w_q,
                     grad[a:b], hess[a:b], False)
+
+
+def _make_lanes_block(exact):
+    """The tier of the shortest queries (fewer than ``_lanes.LANES_N`` documents) of a
+    separable measure: the lane loops of ``_lanes``, ``LANES`` queries of one length at a
+    time (queued per length; the last, partial blocks when the chunk's queries are done);
+    ``exact`` as in :func:`_make_short_block`."""
+
+    def lanes_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
+                    theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi):
+        Lw = lane_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0] + 1)
+        top = Lw.count.shape[0]
+        m = np.int64(top - 1)
+        for q in range(q0, q1 + top):
+            if q < q1:  # queue the query; a full queue is the next block
+                a, b, _ = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+                if a < 0:
+                    continue
+                m = b - a
+                if lane_push(Lw, m, q) < LANES:
+                    continue
+            else:  # then what is left in the queues, shortest first
+                m = q - q1
+                if Lw.count[m] == 0:
+                    continue
+            cnt = lane_start(Lw, m, group_ptr)
+            lane_positions(Lw, m, cnt, s, alpha)
+            if job == JOB_POSITIONS:
+                for i in range(m):
+                    for l in range(cnt):
+                        pos[Lw.start[l] + i] = Lw.pos[i, l]
+                continue
+            lane_separable_ve(Lw, m, cnt, gains, inv_z, Lw.queue[m], kind, k, beta, theta)
+            lane_chain(Lw, m, cnt, exact, mode == HESS_BOUND_SUM)
+            lane_finish(Lw, m, cnt, alpha, mode, floor, constant, normalize, exact, weights,
+                        grad, hess)
+
+    return njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy", **_ENTRY)(
+        _variant_named(lanes_block, "_lanes_block", exact))
+
+
+_lanes_block_exact = _make_lanes_block(True)
+_lanes_block_bound = _make_lanes_block(False)
+
+
+@njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy", **_ENTRY)
+def _lanes_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
+                    mode, floor, constant, normalize, grad, hess, out, order, lo, hi):
+    """:func:`_make_lanes_block` for ApproxAP, for its values and for the Hessian modes that
+    need none of the exact diagonal's sums: the lanes' positions and pair sums, each lane's
+    ``v`` by ``ap_small`` on its own query."""
+    Lw = lane_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0] + 1)
+    top = Lw.count.shape[0]
+    p1 = np.empty(top)
+    T = np.empty((4, top))  # scratch of ap_small (y, E, q of the relevant ones) and its v
+    m = np.int64(top - 1)
+    for q in range(q0, q1 + top):
+        if q < q1:
+            a, b, _ = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+            if a < 0:
+                continue
+            m = b - a
+            if lane_push(Lw, m, q) < LANES:
+                continue
+        else:
+            m = q - q1
+            if Lw.count[m] == 0:
+                continue
+        cnt = lane_start(Lw, m, group_ptr)
+        lane_positions(Lw, m, cnt, s, alpha)
+        for l in range(cnt):
+            ql = Lw.queue[m, l]
+            for i in range(m):
+                p1[i] = Lw.pos[i, l]
+                T[3, i] = 0.0
+            val = ap_small(p1, rel_idx[rel_ptr[ql]:rel_ptr[ql + 1]], beta, inv_z[ql], T[0],
+                           T[1], T[2], T[3])
+            if job == JOB_VALUE:
+                out[ql] = val
+            for i in range(m):
+                Lw.v[i, l] = T[3, i]
+        if job == JOB_VALUE:
+            continue
+        lane_chain(Lw, m, cnt, False, mode == HESS_BOUND_SUM)
+        lane_finish(Lw, m, cnt, alpha, mode, floor, constant, normalize, False, weights, grad,
+                    hess)
 
 
 def _make_long_block(big, exact):
@@ -963,14 +1062,16 @@ _EMPTY = np.empty(0)
 
 def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
               theta, mode, floor, constant, normalize, grad, hess, pos, out, order, par_min, nt,
-              grid_mode, small_n=SMALL_N, split_share=_SPLIT_SHARE):
+              grid_mode, small_n=SMALL_N, split_share=_SPLIT_SHARE, lanes_n=LANES_N):
     """Run ``job`` on every query, in four tiers by length ``n``:
 
     - ``n < small``: one query per thread by the direct pair loops of ``_small``
-      (:func:`_make_small_block`). ``small`` is ``min(small_n, short)`` where every query below
-      ``short`` is shorter than that, most of their pairs are not in wide queries
-      (:func:`_mostly_wide`) and, for ApproxAP, the Hessian mode needs none of the exact
-      diagonal's sums; else 0;
+      (:func:`_make_small_block`), or, where every one of them is shorter than ``lanes_n``
+      (ApproxAP: and than ``LANES_N_AP``), ``LANES`` queries of one length at a time by the
+      lane loops of ``_lanes`` (:func:`_make_lanes_block`). ``small`` is
+      ``min(small_n, short)`` where every query below ``short`` is shorter than that, most of
+      their pairs are not in wide queries (:func:`_mostly_wide`) and, for ApproxAP, the
+      Hessian mode needs none of the exact diagonal's sums; else 0;
     - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
       per thread by the exact windowed loops (:func:`_make_short_block`);
     - ``short <= n < split``: one query per thread, grid where it is cheaper (:func:`_query`);
@@ -998,6 +1099,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     if coupled:
         short_block = _short_block_ap_exact if exact else _short_block_ap_bound
         small_block = _small_block_ap
+        lanes_block = _lanes_block_ap
         long_block = _long_block_ap_exact if exact else _long_block_ap_bound
         split_block = _split_block_ap_exact if exact else _split_block_ap_bound
         args = (job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta, mode, floor,
@@ -1005,6 +1107,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     else:
         short_block = _short_block_exact if exact else _short_block_bound
         small_block = _small_block_exact if exact else _small_block_bound
+        lanes_block = _lanes_block_exact if exact else _lanes_block_bound
         long_block = _long_block_exact if exact else _long_block_bound
         split_block = _split_block_exact if exact else _split_block_bound
         args = (job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta, theta, mode,
@@ -1022,6 +1125,8 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     if ((coupled and exact) or not below.any() or sizes[below].max() >= small
             or _mostly_wide(s, group_ptr, sizes, below, alpha)):
         small = 0
+    elif sizes[below].max() < (min(lanes_n, LANES_N_AP) if coupled else lanes_n):
+        small_block = lanes_block  # all of them short enough for the lane loops
     tier = sizes < small
     if tier.any():
         _on_threads(small_block, nt, np.where(tier, sizes, 0), *args, 0, small)
@@ -1049,7 +1154,8 @@ def has_hessian(mode, coupled):
 
 def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind, k, beta,
               theta, mode, floor, constant, normalize, grad, hess, order, par_min=_PAR_MIN,
-              grid_mode=_GRID_AUTO, n_threads=None, small_n=SMALL_N, split_share=_SPLIT_SHARE):
+              grid_mode=_GRID_AUTO, n_threads=None, small_n=SMALL_N, split_share=_SPLIT_SHARE,
+              lanes_n=LANES_N):
     """Gradient and Hessian (approximation selected by ``mode``) of L = -sum_q M_q.
 
     ``kind`` is a separable term (``_measure_terms.TERM_*``, with ``gains`` and the per-query
@@ -1064,8 +1170,9 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     one per thread like the shorter ones. Long queries take the grid path
     (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never); the short queries
     take the direct loops of ``_small`` where all of them have fewer than ``small_n``
-    documents and they are not mostly widely spread, else the windowed loops (see
-    :func:`_schedule`). ``n_threads`` (the host library's setting; default Numba's) caps the
+    documents and they are not mostly widely spread (the lane loops of ``_lanes`` where all
+    have fewer than ``lanes_n``), else the windowed loops (see :func:`_schedule`).
+    ``n_threads`` (the host library's setting; default Numba's) caps the
     threads of this call.
     """
     if not has_hessian(mode, kind == KIND_AP):
@@ -1078,7 +1185,7 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     with threads_capped(n_threads) as nt:
         _schedule(JOB_GRAD, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind,
                   k, beta, theta, mode, floor, constant, normalize, grad, hess, s[:0],
-                  np.zeros(nq), order, par_min, nt, grid_mode, small_n, split_share)
+                  np.zeros(nq), order, par_min, nt, grid_mode, small_n, split_share, lanes_n)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ their per-row machinery (the sort, windows, exp blocks, tiles, a call per row se
 the pairs themselves. These loops fill a table of every ordered pair ``(i, j)`` of a query (the
 scheduler, ``_kernels._schedule``, gives them the queries below the grid's threshold,
 ``SMALL_N``, unless those of ``_kernels._WIDE_N`` (128) documents or more are mostly so widely
-spread that the windowed loops, which skip the saturated pairs, are cheaper; so the table
+spread that the windowed loops, which skip the saturated pairs, are cheaper, or all of them are
+so short that the lane loops of ``_lanes`` take them; so the table
 takes at most ``2 SMALL_N^2`` floats, 4 MiB, per thread), with ``x_i = alpha (s_i - max s)``
 and ``E_i = exp(x_i)`` (one exponential per document):
 

@@ -259,6 +259,7 @@ class _ApproxObjective:
     _split_share = K._SPLIT_SHARE  # ... where they hold more than this times a thread's share
     _grid_mode = 0  # long queries: grid path (_grid) where cheaper; 1 always, -1 never
     _small_n = K.SMALL_N  # shorter queries take the direct loops (_small; 0: the windowed ones)
+    _lanes_n = K.LANES_N  # ... and shorter still, the lane loops (_lanes; 0: never)
     hessian_scale = 1.0  # an option of the measures; 1 for SoftNDCG, which lacks it
 
     # the Hessian modes of the measure (the kernels' has_hessian: "bound_sum" is ApproxAP's)
@@ -433,7 +434,7 @@ class _ApproxObjective:
             self.alpha, kind, k, beta, theta, self._mode(hessian), self.hessian_floor,
             self.hessian_constant, self.normalize, grad, hess, prep.work["order"], self._par_min,
             grid_mode=self._grid_mode, n_threads=n_threads, small_n=self._small_n,
-            split_share=self._split_share,
+            split_share=self._split_share, lanes_n=self._lanes_n,
         )
         return grad, hess
 

@@ -37,12 +37,15 @@ def _steps(long_lists, all_hessians, threads):
 
     ndcg, ap = ApproxNDCG(), ApproxAP()
     short = _lists(np.random.default_rng(0).integers(10, 121, 200), scale=1.0, seed=1)
+    # lists all under 24 documents take the lane loops (_lanes)
+    tiny = _lists(np.random.default_rng(5).integers(2, 24, 300), scale=1.0, seed=6)
     # lists of 128 to 511 documents whose scores are spread so far (alpha times their range
     # about 1,000) that most pairs are saturated take the windowed loops
     wide = _lists([10] * 100 + [400] * 5, scale=20.0, seed=2)
     grid = _lists([1000, 2000], scale=1.0, seed=3)  # the grid's tier
     split = _lists([10_000], scale=1.0, seed=4)  # its rows split across the threads
     data = [("lists under 512 documents", short),
+            ("lists under 24 documents", tiny),
             ("lists under 512 documents, widely spread scores", wide)]
     if long_lists:
         data.append(("lists of 1,000 and 2,000 documents", grid))

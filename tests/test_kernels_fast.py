@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numba
@@ -328,19 +329,136 @@ def test_direct_loops_of_wide_short_queries():
     rel = y[:30] > 0
     assert 10.0 * np.ptp(s[:30]) >= _SPREAD
     assert 50.0 * np.ptp(pos[:30][rel]) >= _SPREAD
-    for obj in [ApproxNDCG(), ApproxNDCG(hessian="exact"), ApproxAP(beta=50.0)]:
+    # (queries this short take the lane loops, _lanes, unless they are off: _lanes_n = 0;
+    # the values always take the default tiers; ApproxAP's lane loops take only queries of
+    # fewer than LANES_N_AP documents)
+    for lanes_n, tier in [(0, "_small_block"), (K.LANES_N, "_lanes_block")]:
+        for obj in [ApproxNDCG(), ApproxNDCG(hessian="exact"), ApproxAP(beta=50.0)]:
+            obj._lanes_n = lanes_n
+            with _blocks_run() as blocks:
+                _compare(obj, s, y, ptr, obj.hessian)
+            expect = "_small_block" if isinstance(obj, ApproxAP) else tier
+            assert blocks and all(b.startswith(expect) for b in blocks), blocks
+    for obj in [ApproxNDCG(), ApproxAP(beta=50.0)]:
         with _blocks_run() as blocks:
-            _compare(obj, s, y, ptr, obj.hessian)
-        assert all(b.startswith("_small_block") for b in blocks), blocks
-        np.testing.assert_allclose(obj.value(s, y, ptr), obj._reference_value(s, y, ptr),
-                                   rtol=1e-10, atol=1e-14)
+            value = obj.value(s, y, ptr)
+        expect = "_small_block" if isinstance(obj, ApproxAP) else "_lanes_block"
+        assert blocks and all(b.startswith(expect) for b in blocks), blocks
+        np.testing.assert_allclose(value, obj._reference_value(s, y, ptr), rtol=1e-10,
+                                   atol=1e-14)
     ptr3 = np.array([0, 3])
     for obj, s3, y3 in [(ApproxAP(beta=1e308, alpha=100.0), [3.0, 2.0, 1.0], [1.0, 1.0, 1.0]),
                         (ApproxNDCG(), [1e308, -1e308, 0.0], [1.0, 0.0, 2.0])]:
         with _blocks_run() as blocks:
             value = obj.value(s3, y3, ptr3)
-        assert blocks and all(b.startswith("_small_block") for b in blocks), blocks
+        assert blocks and all(b.startswith("_lanes_block") for b in blocks), blocks
         np.testing.assert_allclose(value, obj._reference_value(s3, y3, ptr3), rtol=1e-12)
+        out = []
+        for lanes_n in (0, K.LANES_N):  # the gradients where alpha s or beta pos^ overflow
+            obj._lanes_n = lanes_n
+            with _blocks_run() as blocks, warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # saturated: no gradient
+                out.append(np.concatenate(obj.grad_hess(s3, y3, ptr3)))
+            assert blocks == {f"{'_lanes' if lanes_n else '_small'}_block_"
+                              f"{'ap' if isinstance(obj, ApproxAP) else 'exact'}"}
+        assert np.all(np.isfinite(out[1]))
+        np.testing.assert_allclose(out[1], out[0], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.0, 10.0, 300.0, 1e4])
+def test_lane_loops_of_the_shortest_queries(spread):
+    # data whose short queries all have fewer than LANES_N documents (LANES_N_AP for ApproxAP)
+    # takes the lane loops (_lanes): more queries of a length than a block holds (full and
+    # partial blocks), lengths 1 to LANES_N - 1 in random order, ties, a query with nothing
+    # relevant, weights; against the reference loops (every Hessian mode, truncation, MRR,
+    # RBP, ApproxAP) and equal to the direct loops (_lanes_n = 0) up to rounding; spreads
+    # beyond the E-trick's (one exponential a pair) from 300
+    from approx_gbdt._lanes import LANES, LANES_N_AP
+    from approx_gbdt.measures import ApproxMRR, ApproxRBP
+
+    rng = np.random.default_rng(int(spread) + 43)
+    sizes = np.concatenate([np.full(LANES + 5, 10), np.full(3, 2), np.arange(1, K.LANES_N),
+                            rng.integers(1, LANES_N_AP, 150)])
+    rng.shuffle(sizes)
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    s = np.round(rng.normal(size=n) * spread, 1) / 10.0  # ties
+    y = rng.integers(0, 4, n).astype(float)
+    q0 = int(np.flatnonzero(sizes == 10)[0])
+    y[ptr[q0]:ptr[q0 + 1]] = 0.0  # a query with nothing relevant
+    w = rng.uniform(0.5, 2.0, n)
+    ap = sizes < LANES_N_AP  # ApproxAP's lane loops take queries of fewer documents
+    ap_ptr = np.concatenate([[0], np.cumsum(sizes[ap])]).astype(np.int64)
+    keep = np.repeat(ap, sizes)
+    objs = [ApproxNDCG(hessian=m) for m in MODES if m in ApproxNDCG._hessians] + [
+        ApproxNDCG(k=3), ApproxMRR(), ApproxRBP(), ApproxAP(), ApproxAP(hessian="constant"),
+        ApproxAP(hessian="bound_sum"), ApproxAP(beta=50.0, normalize=False),
+    ]
+    for obj in objs:
+        coupled = isinstance(obj, ApproxAP)
+        s1, y1, w1, p1 = (s[keep], y[keep], w[keep], ap_ptr) if coupled else (s, y, w, ptr)
+        with _blocks_run() as blocks:
+            _compare(obj, s1, y1, p1, obj.hessian, w=w1)
+        exact = K.need_exact_parts(obj._mode(None))
+        assert blocks == {"_lanes_block_ap" if coupled else
+                          f"_lanes_block_{'exact' if exact else 'bound'}"}
+        if spread > 100.0:
+            continue
+        out = []
+        for lanes_n in (K.LANES_N, 0):
+            obj._lanes_n = lanes_n
+            prep = obj._prepare(y1, p1, cache=False)
+            with _blocks_run() as blocks:
+                out.append(obj._grad_hess(s1, prep, doc_weights(w1, prep.group_ptr), None))
+            assert all(b.startswith("_lanes_block") == (lanes_n > 0) for b in blocks), blocks
+        for q in range(len(p1) - 1):
+            a, b = p1[q], p1[q + 1]
+            for x, z in zip(out[0], out[1]):
+                scale = np.abs(z[a:b]).max(initial=0.0)
+                np.testing.assert_allclose(x[a:b], z[a:b], rtol=0, atol=1e-12 * scale,
+                                           err_msg=f"{obj!r}, query {q}")
+    # positions and values by the lane loops, against the reference loops
+    p0, p1 = np.empty(n), np.empty(n)
+    R.ref_positions(s, ptr, 10.0, p0)
+    with _blocks_run() as blocks:
+        K.smoothed_positions(s, ptr, 10.0, p1)
+    assert blocks == {"_lanes_block_exact"}
+    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
+    for obj in [ApproxNDCG(), ApproxAP(), ApproxAP(beta=50.0)]:
+        s1, y1, p1 = (s[keep], y[keep], ap_ptr) if isinstance(obj, ApproxAP) else (s, y, ptr)
+        np.testing.assert_allclose(obj.value(s1, y1, p1), obj._reference_value(s1, y1, p1),
+                                   rtol=1e-10, atol=1e-14)
+
+
+def test_lane_loops_do_not_depend_on_the_other_queries():
+    # a query's results by the lane loops are the same bits whichever queries share its block
+    # (reversed query order, a block of its own) and whatever the threads
+    rng = np.random.default_rng(47)
+    sizes = rng.integers(2, 12, 600)
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    s = rng.normal(size=int(ptr[-1]))
+    y = rng.integers(0, 3, s.shape[0]).astype(float)
+    rev = np.concatenate([np.arange(ptr[q], ptr[q + 1]) for q in range(len(sizes))[::-1]])
+    rev_ptr = np.concatenate([[0], np.cumsum(sizes[::-1])]).astype(np.int64)
+    q = 17
+    one = np.arange(ptr[q], ptr[q + 1])
+    for obj in [ApproxNDCG(), ApproxAP()]:
+        with _blocks_run() as blocks:
+            g, h = obj.grad_hess(s, y, ptr)
+        assert blocks == {"_lanes_block_ap" if isinstance(obj, ApproxAP) else
+                          "_lanes_block_exact"}
+        g_rev, h_rev = obj.grad_hess(s[rev], y[rev], rev_ptr)
+        np.testing.assert_array_equal(g_rev, g[rev])
+        np.testing.assert_array_equal(h_rev, h[rev])
+        g1, h1 = obj.grad_hess(s[one], y[one], [0, sizes[q]])
+        np.testing.assert_array_equal(g1, g[one])
+        np.testing.assert_array_equal(h1, h[one])
+        prev = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            np.testing.assert_array_equal(obj.grad_hess(s, y, ptr)[0], g)
+        finally:
+            numba.set_num_threads(prev)
 
 
 def test_direct_loops_with_the_long_tiers_in_one_call():

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 # A user's first calls on lists under 512 documents, unlike the ones precompile makes (other
-# sizes and seeds, LightGBM training, widely spread scores); prints how many approx_gbdt
-# kernels were compiled rather than loaded from the cache.
+# sizes and seeds, LightGBM training, widely spread scores, lists of 10); prints how many
+# approx_gbdt kernels were compiled rather than loaded from the cache.
 USER = r"""
 import numpy as np
 from numba.core import event
@@ -42,6 +42,10 @@ with event.install_listener("numba:compile", Count()):
     ptr = np.arange(0, 3001, 300)
     for obj in (ag.approx_ndcg_obj, ag.approx_ap_obj):
         obj.grad_hess(25.0 * rng.normal(size=3000), rng.integers(0, 4, 3000), ptr)
+    ptr = np.arange(0, 1001, 10)  # lists of 10 documents: the lane loops
+    for obj in (ag.approx_ndcg_obj, ag.approx_ap_obj):
+        obj.grad_hess(rng.normal(size=1000), rng.integers(0, 4, 1000), ptr)
+        obj.value(rng.normal(size=1000), rng.integers(0, 4, 1000), ptr)
     ag.evaluate(s, data.y, data.group_ptr, ["ndcg@5", "map", "mrr", "p@5"])
 print("compiled", len(compiled), sorted(set(compiled)))
 """
