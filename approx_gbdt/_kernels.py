@@ -6,13 +6,16 @@ The kernels are split by role:
   positions and the chain-rule sums from ``v = dM/dpos^`` and ``e = d2M/dpos^2``; they never look
   at the measure.
 - ``_small``: the direct pair loops of short queries (every ordered pair, in query order).
+- ``_lanes``: the pair loops of the shortest queries, ``LANES`` queries of one length at a time
+  (one query a vector lane).
 - ``_measure_terms``: what a measure contributes (its position term ``t(p)``, ``t'``, ``t''``
   selected by an integer kind, and ApproxAP's coupled term).
 - ``_reference``: the exact O(n^2) loops the tests and benchmarks compare with.
 
 The scheduler here (``_schedule``) sorts the queries into tiers by length: short ones (below
-``_grid.GRID_MIN_N`` and ``par_min`` documents) one per thread by the exact loops only (the
-direct loops of ``_small``, or the windowed ones where most of their pairs are in queries of
+``_grid.GRID_MIN_N`` and ``par_min`` documents) by the exact loops only (the direct loops of
+``_small`` one per thread, or where all of them are shorter still the lane loops of ``_lanes``,
+or the windowed ones where most of their pairs are in queries of
 ``_WIDE_N`` (128) documents or more so widely spread that most pairs are saturated,
 ``_mostly_wide``); longer ones one per thread with the grid where it is cheaper; and those of
 at least ``par_min`` documents that hold more than a thread's share of the long queries'
@@ -642,8 +645,9 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # ``_sorted_finish``, which Numba then compiles for the literal (once per variant). The blocks
 # of the direct loops (``_small``) and of the lane loops (``_lanes``) are never used together
 # with each other or with the windowed short blocks in one call: they inline the last step
-# (``finish_rows``; calling ``_sorted_finish`` made them 15 % slower on queries of 10
-# documents), and ApproxAP's comes in one variant, as it never needs the exact diagonal's sums.
+# (``finish_rows``, ``lane_finish``; calling ``_sorted_finish`` made the direct loops 15 %
+# slower on queries of 10 documents), and ApproxAP's come in one variant, as they never need
+# the exact diagonal's sums.
 
 def _make_short_block(exact):
     """The short tier's block of a separable measure, for Hessian modes that need the exact
@@ -758,6 +762,8 @@ def _make_lanes_block(exact):
         top = Lw.count.shape[0]
         m = np.int64(top - 1)
         for q in range(q0, q1 + top):
+            # (the queue and flush written out in each block: as a helper returning the next
+            # block, the lane blocks took a third longer on lists of 10)
             if q < q1:  # queue the query; a full queue is the next block
                 a, b, _ = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
                 if a < 0:
@@ -776,7 +782,7 @@ def _make_lanes_block(exact):
                     for l in range(cnt):
                         pos[Lw.start[l] + i] = Lw.pos[i, l]
                 continue
-            lane_separable_ve(Lw, m, cnt, gains, inv_z, Lw.queue[m], kind, k, beta, theta)
+            lane_separable_ve(Lw, m, cnt, gains, inv_z, kind, k, beta, theta)
             lane_chain(Lw, m, cnt, exact, mode == HESS_BOUND_SUM)
             lane_finish(Lw, m, cnt, alpha, mode, floor, constant, normalize, exact, weights,
                         grad, hess)
@@ -800,7 +806,7 @@ def _lanes_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights,
     p1 = np.empty(top)
     T = np.empty((4, top))  # scratch of ap_small (y, E, q of the relevant ones) and its v
     m = np.int64(top - 1)
-    for q in range(q0, q1 + top):
+    for q in range(q0, q1 + top):  # queue and flush as in _make_lanes_block
         if q < q1:
             a, b, _ = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
             if a < 0:
@@ -1067,8 +1073,8 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
 
     - ``n < small``: one query per thread by the direct pair loops of ``_small``
       (:func:`_make_small_block`), or, where every one of them is shorter than ``lanes_n``
-      (ApproxAP: and than ``LANES_N_AP``), ``LANES`` queries of one length at a time by the
-      lane loops of ``_lanes`` (:func:`_make_lanes_block`). ``small`` is
+      and than ``LANES_N`` (ApproxAP: ``LANES_N_AP``), ``LANES`` queries of one length at a
+      time by the lane loops of ``_lanes`` (:func:`_make_lanes_block`). ``small`` is
       ``min(small_n, short)`` where every query below ``short`` is shorter than that, most of
       their pairs are not in wide queries (:func:`_mostly_wide`) and, for ApproxAP, the
       Hessian mode needs none of the exact diagonal's sums; else 0;
@@ -1125,7 +1131,7 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     if ((coupled and exact) or not below.any() or sizes[below].max() >= small
             or _mostly_wide(s, group_ptr, sizes, below, alpha)):
         small = 0
-    elif sizes[below].max() < (min(lanes_n, LANES_N_AP) if coupled else lanes_n):
+    elif sizes[below].max() < min(lanes_n, LANES_N_AP if coupled else LANES_N):
         small_block = lanes_block  # all of them short enough for the lane loops
     tier = sizes < small
     if tier.any():
@@ -1171,9 +1177,9 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
     (``_grid``) where it is cheaper (``grid_mode`` 0; 1 always, -1 never); the short queries
     take the direct loops of ``_small`` where all of them have fewer than ``small_n``
     documents and they are not mostly widely spread (the lane loops of ``_lanes`` where all
-    have fewer than ``lanes_n``), else the windowed loops (see :func:`_schedule`).
-    ``n_threads`` (the host library's setting; default Numba's) caps the
-    threads of this call.
+    have fewer than ``lanes_n``, at most ``LANES_N``, for ApproxAP ``LANES_N_AP``), else the
+    windowed loops (see :func:`_schedule`). ``n_threads`` (the host library's setting;
+    default Numba's) caps the threads of this call.
     """
     if not has_hessian(mode, kind == KIND_AP):
         raise ValueError(f"Hessian mode {mode} is not available for measure kind {kind}")

@@ -10,16 +10,18 @@ and updates both documents' sums (``_small`` visits every ordered pair), with, p
 
     sig_ij = E_j / (E_i + E_j),   sig_ji = E_i / (E_i + E_j),   w_ij = sig_ij sig_ji
 
-one division per pair. A block with a lane whose ``alpha`` times score range reaches
-``_small._SPREAD`` takes one exponential per pair instead (``_small._sig_wide``; a NaN
-difference, where ``alpha s`` overflowed, counts as below in both directions, as in
-``_small``). The table of the block's pairs (``sig_ij`` and ``w_ij``, ``2 m (m - 1) / 2``
-floats a lane) is filled once and read by the chain-rule sums; no pair is skipped. ApproxAP's
+one division per pair. A lane whose ``alpha`` times score range reaches ``_small._SPREAD`` is
+done again alone with one exponential per pair (``_small._sig_wide``; a NaN difference, where
+``alpha s`` overflowed, counts as below in both directions, as in ``_small``). The table of
+the block's pairs (``sig_ij`` and ``w_ij``, ``2 m (m - 1) / 2`` floats a lane) is filled once
+and read by the chain-rule sums; no pair is skipped. ApproxAP's
 ``v`` comes from each lane's own query (``_measure_terms.ap_small``, on its relevant documents),
 which is why its lane loops stop at shorter queries (``LANES_N_AP``). Every sum of a lane is
 taken in the same order whichever lanes share its block, so a query's results do not depend on
 the other queries. The scheduler (``_kernels._schedule``) gives these loops the short queries
-where every one of them is below ``LANES_N``, else none. Notation and sums as in ``_pairs`` and
+where every one of them is below ``LANES_N`` (``LANES_N_AP``), else none. The queries wait in
+a queue per length (:func:`lane_push`) until it holds ``LANES`` of them or the caller's are
+done (:func:`lane_start`). Notation and sums as in ``_pairs`` and
 ``_small``.
 """
 
@@ -46,16 +48,17 @@ LANES_N_AP = 24  # ... or ApproxAP (whose v, by _measure_terms.ap_small, is per 
 
 LaneWork = namedtuple(
     "LaneWork",
-    ["queue", "count", "start", "f", "ex", "pos", "v", "e", "g", "bnd", "aa", "ab", "aw",
-     "sig", "w"],
+    ["queue", "count", "start", "f", "wide", "ex", "pos", "v", "e", "g", "bnd", "aa", "ab",
+     "aw", "sig", "w"],
 )
-LaneWork.__doc__ = """Work space of the lane loops of one thread (``[document, lane]`` arrays of
-``LANES_N`` rows, ``[pair, lane]`` for the table of pairs).
+LaneWork.__doc__ = """Work space of the lane loops of one thread for queries of fewer than ``m``
+documents (``[document, lane]`` arrays of ``m`` rows, ``[pair, lane]`` for the table of pairs).
 
 queue, count : the queries waiting for a block, per length, and how many
 start : first document of each lane's query
 f : per lane: its top score, then its ``inv_z``, then its normalisation factor
-ex : E_i (then ``x_i`` in a wide block)
+wide : per lane: 1 where ``alpha`` times its score range reaches ``_SPREAD`` (or overflows)
+ex : E_i (``x_i`` in a wide lane)
 pos, v, e : smoothed positions, dM/dpos^ and d2M/dpos^2
 g, bnd, aa, ab, aw : the chain-rule sums of ``_pairs.PairWork``
 sig, w : sig_ij and w_ij of every pair i < j (pair ``p`` of row ``i`` follows row ``i - 1``'s)
@@ -64,11 +67,13 @@ sig, w : sig_ij and w_ij of every pair i < j (pair ``p`` of row ``i`` follows ro
 
 @njit(inline="always", cache=True)
 def lane_work(m):
-    """A :class:`LaneWork` for queries of fewer than ``m`` documents (``m <= LANES_N``)."""
+    """A :class:`LaneWork` for queries of fewer than ``m`` documents (the scheduler keeps
+    ``m <= LANES_N``: the table takes ``2 LANES (m - 1)(m - 2) / 2`` floats, 1.1 MiB at
+    ``LANES_N``)."""
     pairs = max(1, (m - 1) * (m - 2) // 2)
     return LaneWork(
         np.empty((m, LANES), dtype=np.int64), np.zeros(m, dtype=np.int64),
-        np.empty(LANES, dtype=np.int64), np.empty(LANES),
+        np.empty(LANES, dtype=np.int64), np.empty(LANES), np.empty(LANES),
         np.empty((m, LANES)), np.empty((m, LANES)), np.empty((m, LANES)), np.empty((m, LANES)),
         np.empty((m, LANES)), np.empty((m, LANES)), np.empty((m, LANES)), np.empty((m, LANES)),
         np.empty((m, LANES)), np.empty((pairs, LANES)), np.empty((pairs, LANES)),
@@ -98,48 +103,52 @@ def lane_start(Lw, m, group_ptr):
 @njit(inline="always", cache=True)
 def lane_positions(Lw, m, cnt, s, alpha):
     """``Lw.pos`` of the block's ``cnt`` queries of ``m`` documents and the table of their pairs
-    (``Lw.sig``, ``Lw.w``)."""
+    (``Lw.sig``, ``Lw.w``): every lane by the loops across the lanes, and then each wide lane
+    (``alpha`` times its score range ``_SPREAD`` or more, or overflowed) again, alone, with one
+    exponential a pair; so that each lane's results are the same whichever lanes share its
+    block."""
     start = Lw.start
     top = Lw.f
+    wide = Lw.wide
     ex = Lw.ex
     pos = Lw.pos
     for l in range(cnt):
         top[l] = s[start[l]]
-    narrow = True
+        wide[l] = 0.0
     for i in range(m):
         for l in range(cnt):
             top[l] = max(top[l], s[start[l] + i])
     for i in range(m):
-        xi = ex[i]
+        ei = ex[i]
         pi = pos[i]
         for l in range(cnt):
             x = alpha * (s[start[l] + i] - top[l])
-            xi[l] = math.exp(x)
+            ei[l] = math.exp(x)
             pi[l] = 1.0
-            narrow = narrow and x > -_SPREAD
+            wide[l] = max(wide[l], 0.0 if x > -_SPREAD else 1.0)
     p = 0
-    if narrow:
-        for i in range(m):
-            ei = ex[i]
-            pi = pos[i]
-            for j in range(i + 1, m):
-                ej = ex[j]
-                pj = pos[j]
-                sg = Lw.sig[p]
-                wt = Lw.w[p]
-                for l in range(cnt):
-                    r = 1.0 / (ei[l] + ej[l])
-                    sij = ej[l] * r
-                    sji = ei[l] * r
-                    pi[l] += sij
-                    pj[l] += sji
-                    sg[l] = sij
-                    wt[l] = sij * sji
-                p += 1
-    else:  # lane by lane (the exponentials dominate; scalar loops compile faster)
-        for l in range(cnt):
+    for i in range(m):
+        ei = ex[i]
+        pi = pos[i]
+        for j in range(i + 1, m):
+            ej = ex[j]
+            pj = pos[j]
+            sg = Lw.sig[p]
+            wt = Lw.w[p]
+            for l in range(cnt):
+                r = 1.0 / (ei[l] + ej[l])
+                sij = ej[l] * r
+                sji = ei[l] * r
+                pi[l] += sij
+                pj[l] += sji
+                sg[l] = sij
+                wt[l] = sij * sji
+            p += 1
+    for l in range(cnt):
+        if wide[l] > 0.0:  # lane by lane (the exponentials dominate; scalar loops)
             for i in range(m):
                 ex[i, l] = alpha * (s[start[l] + i] - top[l])
+                pos[i, l] = 1.0
             p = 0
             for i in range(m):
                 for j in range(i + 1, m):
@@ -155,21 +164,22 @@ def lane_positions(Lw, m, cnt, s, alpha):
 
 
 @njit(inline="always", cache=True)
-def lane_separable_ve(Lw, m, cnt, gains, inv_z, queue, kind, k, beta, theta):
-    """``Lw.v`` and ``Lw.e`` of a separable measure: ``g_i t'(pos^_i) inv_z`` and
-    ``g_i t''(pos^_i) inv_z`` (0 where the gain is 0); ``queue`` holds the lanes' queries."""
+def lane_separable_ve(Lw, m, cnt, gains, inv_z, kind, k, beta, theta):
+    """``Lw.v`` and ``Lw.e`` of the block's queries of ``m`` documents for a separable measure:
+    ``g_i t'(pos^_i) inv_z`` and ``g_i t''(pos^_i) inv_z``, as ``_measure_terms.separable_ve``
+    (a gain of 0 gives 0 without a branch: the terms are finite at every position)."""
     iz = Lw.f
     for l in range(cnt):
-        iz[l] = inv_z[queue[l]]
+        iz[l] = inv_z[Lw.queue[m, l]]
     for i in range(m):
         pi = Lw.pos[i]
         vi = Lw.v[i]
         ei = Lw.e[i]
         for l in range(cnt):
-            gr = gains[Lw.start[l] + i] * iz[l]
+            gr = gains[Lw.start[l] + i]
             _, f1, f2 = _term(kind, pi[l], k, beta, theta)
-            vi[l] = gr * f1
-            ei[l] = gr * f2
+            vi[l] = gr * f1 * iz[l]
+            ei[l] = gr * f2 * iz[l]
 
 
 @njit(inline="always", cache=True)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from approx_gbdt._kernels import SMALL_N
+from approx_gbdt._lanes import LANES_N_AP
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,11 +57,14 @@ STEPS = [
 # A user whose first call is ApproxAP's (a third process, with its own empty cache).
 AP_FIRST = [STEPS[1], STEPS[0]]
 
-# First calls on data with queries of 10 and of a few hundred documents (1,000 queries of 10
-# documents and 25 of 400, like the MSLR sample's lists of up to 308): the direct loops too;
-# then the same queries with scores so widely spread (alpha times the range of the long ones
-# about 1,000) that they take the windowed loops.
+# First calls on 1,000 queries of 10 documents alone (the lane loops, _lanes); on data with
+# queries of 10 and of a few hundred documents (the same 1,000 queries and 25 of 400, like the
+# MSLR sample's lists of up to 308): the direct loops; then the same queries with scores so
+# widely spread (alpha times the range of the long ones about 1,000) that they take the
+# windowed loops.
 MIXED_FIRST = [
+    ("ApproxNDCG.grad_hess, queries of 10 documents", "approx_ndcg_obj.grad_hess(*d.tiny)"),
+    ("ApproxAP.grad_hess, queries of 10 documents", "approx_ap_obj.grad_hess(*d.tiny)"),
     ("ApproxNDCG.grad_hess, queries of 10 and 400 documents",
      "approx_ndcg_obj.grad_hess(*d.mixed)"),
     ("ApproxAP.grad_hess, queries of 10 and 400 documents", "approx_ap_obj.grad_hess(*d.mixed)"),
@@ -100,6 +104,7 @@ d.split = (rng.normal(size=split_ptr[-1]), rng.integers(0, 3, split_ptr[-1]).ast
 mixed_ptr = np.concatenate([np.arange(0, 10001, 10), np.arange(10400, 20001, 400)])
 d.mixed = (rng.normal(size=20000), rng.integers(0, 3, 20000).astype(float), mixed_ptr)
 d.wide = (20.0 * d.mixed[0], d.mixed[1], mixed_ptr)
+d.tiny = (d.mixed[0][:10000], d.mixed[1][:10000], mixed_ptr[:1001])
 steps = json.loads(sys.argv[1])
 warm = {}
 for label, stmt in steps:
@@ -198,8 +203,10 @@ def main(argv=None):
         lines += ["", f"The first call of a process, in {args.repeats} more fresh processes for "
                   "each (alternating, each with its own empty cache; wall-clock seconds): the "
                   "first two on the generated data above (queries of 20 to 120 documents, the "
-                  "direct loops), the next two on 1,000 queries of 10 documents and 25 of 400 "
-                  f"(queries of fewer than {SMALL_N} documents, the direct loops too), the next "
+                  "direct loops), the next two on 1,000 queries of 10 documents alone (all "
+                  f"fewer than {LANES_N_AP} documents: the lane loops of `_lanes`), the next two "
+                  "on the same 1,000 queries and 25 of 400 "
+                  f"(queries of fewer than {SMALL_N} documents, the direct loops), the next "
                   "two on the same queries with N(0, 20) scores (alpha times the score range "
                   "of the long ones about 1,000: the windowed loops), then ApproxAP's exact "
                   "Hessian on the generated data (the windowed loops: the direct ones lack its "
