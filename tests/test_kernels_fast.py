@@ -258,6 +258,25 @@ def test_all_tiers_in_one_call(mode, loops):
         assert {f"_split_block_{variant}", f"_split_block_ap_{variant}"} <= blocks
 
 
+def _tier_on_and_off_agree(obj, s, y, ptr, w, attr, on, prefix):
+    """The gradient and Hessian with a short tier on (``obj.<attr> = on``: its blocks,
+    ``prefix``, run) and off (0: they do not) agree query by query to 1e-12 of the query's
+    largest value."""
+    out = []
+    for value in (on, 0):
+        setattr(obj, attr, value)
+        prep = obj._prepare(y, ptr, cache=False)
+        with _blocks_run() as blocks:
+            out.append(obj._grad_hess(s, prep, doc_weights(w, prep.group_ptr), None))
+        assert blocks and all(b.startswith(prefix) == (value > 0) for b in blocks), blocks
+    for q in range(len(ptr) - 1):
+        a, b = ptr[q], ptr[q + 1]
+        for x, z in zip(out[0], out[1]):
+            scale = np.abs(z[a:b]).max(initial=0.0)
+            np.testing.assert_allclose(x[a:b], z[a:b], rtol=0, atol=1e-12 * scale,
+                                       err_msg=f"{obj!r}, query {q}")
+
+
 @pytest.mark.parametrize("spread", [0.0, 1.0, 10.0, 300.0, 1e4])
 def test_direct_loops_of_short_queries(spread):
     # data whose short queries all have fewer than SMALL_N documents takes the direct loops
@@ -288,19 +307,7 @@ def test_direct_loops_of_short_queries(spread):
                           f"_small_block_{'exact' if exact else 'bound'}"}
         if spread > 100.0:
             continue
-        out = []
-        for small_n in (K.SMALL_N, 0):
-            obj._small_n = small_n
-            prep = obj._prepare(y, ptr, cache=False)
-            with _blocks_run() as blocks:
-                out.append(obj._grad_hess(s, prep, doc_weights(w, prep.group_ptr), None))
-            assert all(b.startswith("_small_block") == (small_n > 0) for b in blocks), blocks
-        for q in range(len(ptr) - 1):
-            a, b = ptr[q], ptr[q + 1]
-            for x, z in zip(out[0], out[1]):
-                scale = np.abs(z[a:b]).max(initial=0.0)
-                np.testing.assert_allclose(x[a:b], z[a:b], rtol=0, atol=1e-12 * scale,
-                                           err_msg=f"{obj!r}, query {q}")
+        _tier_on_and_off_agree(obj, s, y, ptr, w, "_small_n", K.SMALL_N, "_small_block")
     # positions and values by the direct loops, against the reference loops
     p0, p1 = np.empty(n), np.empty(n)
     R.ref_positions(s, ptr, 10.0, p0)
@@ -405,19 +412,7 @@ def test_lane_loops_of_the_shortest_queries(spread):
         exact = K.need_exact_parts(obj._mode(None))
         assert blocks == {"_lanes_block_ap" if coupled else
                           f"_lanes_block_{'exact' if exact else 'bound'}"}
-        out = []
-        for lanes_n in (K.LANES_N, 0):
-            obj._lanes_n = lanes_n
-            prep = obj._prepare(y1, p1, cache=False)
-            with _blocks_run() as blocks:
-                out.append(obj._grad_hess(s1, prep, doc_weights(w1, prep.group_ptr), None))
-            assert all(b.startswith("_lanes_block") == (lanes_n > 0) for b in blocks), blocks
-        for q in range(len(p1) - 1):
-            a, b = p1[q], p1[q + 1]
-            for x, z in zip(out[0], out[1]):
-                scale = np.abs(z[a:b]).max(initial=0.0)
-                np.testing.assert_allclose(x[a:b], z[a:b], rtol=0, atol=1e-12 * scale,
-                                           err_msg=f"{obj!r}, query {q}")
+        _tier_on_and_off_agree(obj, s1, y1, p1, w1, "_lanes_n", K.LANES_N, "_lanes_block")
     # positions and values by the lane loops, against the reference loops
     p0, p1 = np.empty(n), np.empty(n)
     R.ref_positions(s, ptr, 10.0, p0)
