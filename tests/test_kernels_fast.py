@@ -277,6 +277,22 @@ def _tier_on_and_off_agree(obj, s, y, ptr, w, attr, on, prefix):
                                        err_msg=f"{obj!r}, query {q}")
 
 
+def _positions_and_values_match_reference(s, y, ptr, block, ap=None):
+    """The smoothed positions (by the compiled ``block``) and the values of ApproxNDCG and
+    ApproxAP agree with the reference loops; ``ap``: ApproxAP's own ``(s, y, ptr)``, where its
+    queries differ."""
+    p0, p1 = np.empty(s.shape[0]), np.empty(s.shape[0])
+    R.ref_positions(s, ptr, 10.0, p0)
+    with _blocks_run() as blocks:
+        K.smoothed_positions(s, ptr, 10.0, p1)
+    assert blocks == {block}
+    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
+    for obj in [ApproxNDCG(), ApproxAP(), ApproxAP(beta=50.0)]:
+        s1, y1, q1 = ap if ap is not None and isinstance(obj, ApproxAP) else (s, y, ptr)
+        np.testing.assert_allclose(obj.value(s1, y1, q1), obj._reference_value(s1, y1, q1),
+                                   rtol=1e-10, atol=1e-14)
+
+
 @pytest.mark.parametrize("spread", [0.0, 1.0, 10.0, 300.0, 1e4])
 def test_direct_loops_of_short_queries(spread):
     # data whose short queries all have fewer than SMALL_N documents takes the direct loops
@@ -309,15 +325,7 @@ def test_direct_loops_of_short_queries(spread):
             continue
         _tier_on_and_off_agree(obj, s, y, ptr, w, "_small_n", K.SMALL_N, "_small_block")
     # positions and values by the direct loops, against the reference loops
-    p0, p1 = np.empty(n), np.empty(n)
-    R.ref_positions(s, ptr, 10.0, p0)
-    with _blocks_run() as blocks:
-        K.smoothed_positions(s, ptr, 10.0, p1)
-    assert blocks == {"_small_block_exact"}
-    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
-    for obj in [ApproxNDCG(), ApproxAP(), ApproxAP(beta=50.0)]:
-        np.testing.assert_allclose(obj.value(s, y, ptr), obj._reference_value(s, y, ptr),
-                                   rtol=1e-10, atol=1e-14)
+    _positions_and_values_match_reference(s, y, ptr, "_small_block_exact")
 
 
 def test_direct_loops_of_wide_short_queries():
@@ -414,16 +422,8 @@ def test_lane_loops_of_the_shortest_queries(spread):
                           f"_lanes_block_{'exact' if exact else 'bound'}"}
         _tier_on_and_off_agree(obj, s1, y1, p1, w1, "_lanes_n", K.LANES_N, "_lanes_block")
     # positions and values by the lane loops, against the reference loops
-    p0, p1 = np.empty(n), np.empty(n)
-    R.ref_positions(s, ptr, 10.0, p0)
-    with _blocks_run() as blocks:
-        K.smoothed_positions(s, ptr, 10.0, p1)
-    assert blocks == {"_lanes_block_exact"}
-    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=0)
-    for obj in [ApproxNDCG(), ApproxAP(), ApproxAP(beta=50.0)]:
-        s1, y1, p1 = (s[keep], y[keep], ap_ptr) if isinstance(obj, ApproxAP) else (s, y, ptr)
-        np.testing.assert_allclose(obj.value(s1, y1, p1), obj._reference_value(s1, y1, p1),
-                                   rtol=1e-10, atol=1e-14)
+    _positions_and_values_match_reference(s, y, ptr, "_lanes_block_exact",
+                                          ap=(s[keep], y[keep], ap_ptr))
 
 
 def test_lane_loops_do_not_depend_on_the_other_queries():
