@@ -631,23 +631,24 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 # machine code on its own and then once more inside each caller, so the call tree is kept
 # shallow: thin steps are ``inline="always"`` (or written into the block). Steps that many
 # callers share (the row loops ``_pos_rows``/``_chain_rows_*``, ``pair_work``/``ap_work``, the
-# last step ``_sorted_finish``, the pair loops ``*_seg`` with their own fast-math flags) stay
-# separate: inlined, they would be compiled again in every caller (measured: the first
-# long-query calls took 4-5 s longer; a first ApproxAP call 0.4 s longer with the last step
-# and ``ap_work`` inlined). Functions of these kernels that only compiled code calls have no
-# CPython wrapper (``_STEP``). The exceptions to "flags as arguments" are ``big`` (above) and
-# whether the Hessian mode needs the exact diagonal's sums: the blocks and the row loop
-# ``_chain_rows_*`` come in two variants with that flag a constant of the function (a closure
-# variable, whose branches Numba removes before typing, so the other variant's pair loop and,
-# for ApproxAP, the off-diagonal part are not compiled). A first call then compiles only what
-# its mode uses: ApproxAP's default Hessian ("bound") needs none of the exact sums;
-# ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass that constant on to
-# ``_sorted_finish``, which Numba then compiles for the literal (once per variant). The blocks
-# of the direct loops (``_small``) and of the lane loops (``_lanes``) are never used together
-# with each other or with the windowed short blocks in one call: they inline the last step
-# (``finish_rows``, ``lane_finish``; calling ``_sorted_finish`` made the direct loops 15 %
-# slower on queries of 10 documents), and ApproxAP's come in one variant, as they never need
-# the exact diagonal's sums.
+# last step ``_sorted_finish``, the pair loops ``*_seg`` with their own fast-math flags, the
+# lane loops' positions and terms) stay separate: inlined, they would be compiled again in
+# every caller (measured: the first long-query calls took 4-5 s longer; a first ApproxAP call
+# 0.4 s longer with the last step and ``ap_work`` inlined; a first call on lists of 10 about
+# 0.5 s longer with the lane loops' positions and terms inlined). Functions of these kernels
+# that only compiled code calls have no CPython wrapper (``_STEP``). The exceptions to "flags
+# as arguments" are ``big`` (above) and whether the Hessian mode needs the exact diagonal's
+# sums: the blocks and the row loop ``_chain_rows_*`` come in two variants with that flag a
+# constant of the function (a closure variable, whose branches Numba removes before typing, so
+# the other variant's pair loop and, for ApproxAP, the off-diagonal part are not compiled). A
+# first call then compiles only what its mode uses: ApproxAP's default Hessian ("bound") needs
+# none of the exact sums; ApproxNDCG's ("mixed") skips the bound-only loop. The variants pass
+# that constant on to ``_sorted_finish``, which Numba then compiles for the literal (once per
+# variant). The blocks of the direct loops (``_small``) and of the lane loops (``_lanes``) are
+# never used together with each other or with the windowed short blocks in one call: they
+# inline the last step (``finish_rows``, ``lane_finish``; calling ``_sorted_finish`` made the
+# direct loops 15 % slower on queries of 10 documents), and ApproxAP's come in one variant, as
+# they never need the exact diagonal's sums.
 
 def _make_short_block(exact):
     """The short tier's block of a separable measure, for Hessian modes that need the exact

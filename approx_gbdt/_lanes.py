@@ -35,6 +35,8 @@ from numba import njit
 
 from approx_gbdt._measure_terms import _term
 from approx_gbdt._pairs import (
+    _FM,
+    _STEP,
     HESS_MIXED_SUM,
     _hessian_of_loss,
     exact_curvature,
@@ -100,7 +102,12 @@ def lane_start(Lw, m, group_ptr):
     return cnt
 
 
-@njit(inline="always", cache=True)
+# The positions and the measure's terms are compiled apart and called once a block: inlined by
+# Numba they were typed again inside each block, and a first call on lists of 10 took about
+# 0.5 s longer (alternating fresh processes), for no speed once compiled. The chain sums and
+# the last step stay inlined, where the block's constant ``need_exact`` removes what its
+# Hessian mode does not use.
+@njit(cache=True, fastmath=_FM, error_model="numpy", **_STEP)
 def lane_positions(Lw, m, cnt, s, alpha):
     """``Lw.pos`` of the block's ``cnt`` queries of ``m`` documents and the table of their pairs
     (``Lw.sig``, ``Lw.w``): every lane by the loops across the lanes, and then each wide lane
@@ -163,7 +170,7 @@ def lane_positions(Lw, m, cnt, s, alpha):
                     p += 1
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True, fastmath=_FM, error_model="numpy", **_STEP)
 def lane_separable_ve(Lw, m, cnt, gains, inv_z, kind, k, beta, theta):
     """``Lw.v`` and ``Lw.e`` of the block's queries of ``m`` documents for a separable measure:
     ``g_i t'(pos^_i) inv_z`` and ``g_i t''(pos^_i) inv_z``, as ``_measure_terms.separable_ve``

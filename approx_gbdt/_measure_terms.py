@@ -36,7 +36,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from approx_gbdt._pairs import _ENTRY, _FM, _STEP, _sig_pair, _window_starts, _windows, argsort_desc
+from approx_gbdt._pairs import _ENTRY, _FM, _STEP, _sig_pair, _window_starts, _windows
 from approx_gbdt._small import _SPREAD, _sig_wide
 
 TERM_LOG = 0
@@ -84,39 +84,49 @@ def _term(kind, p, k, beta, theta):
     return d0 * t, d1 * t + d0 * t1, d2 * t + 2.0 * d1 * t1 + d0 * t2
 
 
-@njit(inline="always", cache=True)
-def _exact_denominator(kind, rank, theta):
-    """``1 / base(rank)`` at an exact 1-based rank."""
-    if kind == TERM_LOG:
-        return math.log2(rank + 1.0)
-    if kind == TERM_RECIP:
-        return rank
-    return 1.0
-
-
 def ideal_value(gains, group_ptr, kind, k, theta):
     """Exact best value of ``sum_r g_(r) base(r)`` per query (gains sorted descending, ranks
-    ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``."""
+    ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``.
+
+    In NumPy, so that an objective's first call compiles nothing for it: the gains sorted in a
+    ``[query, rank]`` table (padded) where that is at most a few times the documents, else in
+    one sort by query and gain; each query's terms summed in rank order either way.
+    """
     sizes = np.diff(group_ptr)
-    out = np.zeros(sizes.shape[0])
-    if sizes.shape[0] > 0:
-        # arrays from NumPy: the compiled loop then needs no allocation of its own
-        _ideal_value(gains, group_ptr, kind, k, theta, out,
-                     np.empty(int(sizes.max()), dtype=np.int32))
-    return out
-
-
-@njit(cache=True, **_ENTRY)
-def _ideal_value(gains, group_ptr, kind, k, theta, out, idx):
-    for q in range(group_ptr.shape[0] - 1):
-        g = gains[group_ptr[q]:group_ptr[q + 1]]
-        o = idx[:g.shape[0]]
-        argsort_desc(g, o)
-        m = g.shape[0] if k <= 0 else min(k, g.shape[0])
-        acc = 0.0
-        for r in range(m):
-            acc += g[o[r]] / _exact_denominator(kind, r + 1.0, theta)
-        out[q] = acc
+    nq = sizes.shape[0]
+    width = int(sizes.max()) if nq > 0 else 0
+    if width == 0:
+        return np.zeros(nq)
+    starts = group_ptr[:-1] - group_ptr[0]
+    g = gains[group_ptr[0]:group_ptr[-1]]
+    n = g.shape[0]
+    if nq * width <= 4 * n:  # a [query, rank] table, padded with inf, sorted row by row
+        if n == nq * width:
+            table = -g.reshape(nq, width)
+        else:
+            table = np.full((nq, width), np.inf)
+            at = np.arange(n)
+            at += np.repeat(np.arange(nq) * width - starts, sizes)
+            table.ravel()[at] = -g
+        table.sort(axis=1)
+        terms = np.negative(table, out=table)
+        if n < nq * width:
+            terms[np.arange(width) >= sizes[:, None]] = 0.0
+        rank = np.arange(1.0, width + 1.0)
+    else:  # one sort by query and gain
+        qid = np.repeat(np.arange(nq), sizes)
+        terms = g[np.lexsort((-g, qid))]
+        rank = np.arange(1.0, n + 1.0)
+        rank -= np.repeat(starts, sizes)
+    if kind == TERM_LOG:
+        terms /= np.log2(rank + 1.0)
+    elif kind == TERM_RECIP:
+        terms /= rank
+    if k > 0:
+        terms[..., rank > k] = 0.0
+    if terms.ndim == 2:
+        return np.cumsum(terms, axis=1)[:, -1]
+    return np.bincount(qid, weights=terms, minlength=nq)
 
 
 @njit(inline="always", cache=True)

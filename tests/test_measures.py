@@ -141,8 +141,11 @@ def test_fast_kernels_equal_reference_loops(name, mode, monkeypatch):
                                    rtol=1e-10, atol=1e-14)
 
 
+# query sizes: the normaliser's ideal values are sorted in a padded [query, rank] table, in
+# one without padding (equal sizes), or in one sort of all the documents (one long query)
+@pytest.mark.parametrize("sizes", [(6, 7, 7, 1), (6, 7, 7), (6, 7, 7, 1, 300)])
 @pytest.mark.parametrize("name", VARIANTS)
-def test_sharp_limit_is_the_exact_measure(name):
+def test_sharp_limit_is_the_exact_measure(name, sizes):
     info = MEASURES[name.partition("@")[0]]
     if info.exact is None:
         pytest.skip(f"{name}: approx_gbdt.metrics has no exact counterpart")
@@ -150,13 +153,15 @@ def test_sharp_limit_is_the_exact_measure(name):
     if "beta" in obj.get_params():
         obj = obj.replace(beta=1e3)
     rng = np.random.default_rng(4)
-    ptr = np.array([0, 6, 13, 20, 21], dtype=np.int64)
-    y = rng.integers(0, 3, 21).astype(float)
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(ptr[-1])
+    y = rng.integers(0, 3, n).astype(float)
     y[6:13] = 0.0
-    s = rng.permutation(21).astype(float)  # distinct scores, 1 apart: alpha 1e3 is sharp
+    s = rng.permutation(n).astype(float)  # distinct scores, 1 apart: alpha 1e3 is sharp
     exact = info.exact(s, y, ptr, obj)
     value = obj.value(s, y, ptr)
     np.testing.assert_allclose(value, np.nan_to_num(exact, nan=0.0), rtol=0, atol=1e-6)
+    assert np.any(value > 0.1)  # the data exercise the normaliser
 
 
 @pytest.mark.parametrize("name", VARIANTS)
