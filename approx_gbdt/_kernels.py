@@ -226,114 +226,6 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
         _sorted_chain(n, W, need_exact, bsum)
 
 
-# ApproxAP's per-query function is compiled apart from its long blocks (one function per block
-# variant), not inlined into them: Numba copies an inlined function's whole body at its call
-# site at a cost that grows with the square of its size, and inlined into the block it would
-# add about 2 s of Numba's inlining to a first call on long queries (the separable measures'
-# far smaller one, _query, is inlined: compiled apart it cost more than it saved). ``big``
-# and ``need_exact`` are constants of each compiled function (closure variables, whose other
-# branches Numba removes before typing), as they are of the blocks. Flags as the blocks'
-# (Numba's defaults), set here because a function compiled for a compiled caller would
-# otherwise take the caller's.
-_QUERY_FLAGS = {"cache": True, "fastmath": False, "error_model": "python", **_STEP}
-
-
-def _make_query_ap(big, need_exact):
-    """One query of ApproxAP, every step; ``big`` splits the pair loops across ``nt``
-    threads; ``need_exact``: whether ``mode`` needs the exact diagonal's sums. Returns the
-    query's value for ``JOB_VALUE``."""
-
-    def query_ap(job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize,
-                 grad, hess, order, W, A, Hc, nt, gp, gt):
-        n = s.shape[0]
-        grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
-        # the relevant documents and their windows first, then their sums by the grid where
-        # that is cheaper, else by the near pairs' loops and the far pairs' series
-        R = ap_relevant(n, W, A, order, rel_local, beta, n < 0, n < 0)
-        if use_grid(A.ry[:R], A.jst, R, gp):  # the exact loops' pairs: those within _NEAR
-            _ap_relevant_grid(big, R, A, need_exact, nt, gt)
-        else:  # ``tc`` for the exact diagonal only (a run-time flag, as in _grid_chain)
-            ap_relevant_sums(R, A, (n >= 0) if need_exact else (n < 0))
-        if job == JOB_VALUE:
-            return ap_value_sum(R, A, iz)
-        ap_ve(n, R, W, A, beta, iz)
-        need_bound = _need_bound(mode)
-        bsum = mode == HESS_BOUND_SUM
-        # ApproxAP's v is coupled, not monotone within a class: the grid's class split does not
-        # apply; its bound comes from _ap_grid_bound where that is cheaper than the exact chain.
-        # (``n < 0`` is False as a run-time value: a literal False would compile the callee once
-        # more.)
-        S = _relevant_part(n, W, A, R if grid and need_bound else 0)
-        bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n, S.jend[:R], gp)
-        # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd), and
-        # they are most of "bound_sum"'s: sum_j w_kj (|v_j| - |v_k|) + 2 |v_k| aw_k
-        sum_grid = grid and bsum
-        av = W.av[:0]
-        if bound_grid or sum_grid:  # (a literal True: bound_weights is inlined, not compiled)
-            av = bound_weights(n, W, True)[:n]
-        _chain_step(big, grid and (bound_grid or not need_bound), n, W, need_exact,
-                    need_bound and not bound_grid, n < 0, W.v, order, av, bsum, 0.0, nt, gt,
-                    lag)
-        if bound_grid:
-            _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag)
-        if sum_grid:
-            for r in range(n):
-                W.bnd[r] += 2.0 * av[r] * W.aw[r]
-        _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
-                   need_exact, wts, grad, hess)
-        return 0.0
-
-    name = "_split_query_ap" if big else "_long_query_ap"
-    return njit(**_QUERY_FLAGS)(_variant_named(query_ap, name, need_exact))
-
-
-# Module globals, not closure variables of the blocks: Numba keys a closure's cache entry by a
-# hash of its closure variables, and a compiled function's pickled form differs from process
-# to process, so every process would compile a block that held its per-query function.
-_long_query_ap_bound = _make_query_ap(False, False)
-_long_query_ap_exact = _make_query_ap(False, True)
-_split_query_ap_bound = _make_query_ap(True, False)
-_split_query_ap_exact = _make_query_ap(True, True)
-
-
-@njit(inline="always", cache=True)
-def _query(big, need_exact, job, s, gains, iz, wts, alpha, kind, k, beta, theta, mode, floor,
-           constant, normalize, grad, hess, pos, order, W, nt, gp, gt):
-    """One query of a separable measure (or only its positions), every step, inlined into
-    the long blocks (small enough that copying it costs less than compiling it apart);
-    ``big`` splits the pair loops across ``nt`` threads; ``need_exact``: whether ``mode``
-    needs the exact diagonal's sums (both the block's constants)."""
-    n = s.shape[0]
-    grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
-    if job == JOB_POSITIONS:
-        for r in range(n):
-            pos[order[r]] = W.pos[r]
-    else:
-        separable_ve(n, W, gains, order, iz, kind, k, beta, theta)
-        # the class split of the bound needs v monotone within a gain class (no top-k)
-        # "mixed": the bound only where its floor can bind (``_grid._chain_boxes``)
-        _chain_step(big, grid, n, W, need_exact, _need_bound(mode), k <= 0, gains, order,
-                    W.v[:0], mode == HESS_BOUND_SUM, floor if mode == HESS_MIXED else 0.0, nt,
-                    gt, lag)
-        _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, need_exact,
-                       W.v[:0], wts, grad, hess)
-
-
-@njit(inline="always", cache=True)
-def _query_ap(big, need_exact, job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant,
-              normalize, grad, hess, order, W, A, Hc, nt, gp, gt):
-    """The per-query function of one of ApproxAP's long blocks (``big`` and ``need_exact``
-    the block's constants: Numba removes the other calls before typing); returns the query's
-    value for ``JOB_VALUE``."""
-    args = (job, s, iz, rel_local, wts, alpha, beta, mode, floor, constant, normalize, grad,
-            hess, order, W, A, Hc, nt, gp, gt)
-    if big:
-        if need_exact:
-            return _split_query_ap_exact(*args)
-        return _split_query_ap_bound(*args)
-    if need_exact:
-        return _long_query_ap_exact(*args)
-    return _long_query_ap_bound(*args)
 
 
 @njit(inline="always", cache=True)
@@ -616,12 +508,14 @@ def _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess):
 
 # A chunk of a tier (see ``_schedule``): the queries q0..q1-1 of lo to hi - 1 documents, one at
 # a time, with work space allocated once for the chunk. The short tier's blocks run a query's
-# steps by the exact windowed loops only, the long tiers' by ``_query`` (inlined) or
-# ``_query_ap`` (ApproxAP's per-query function, compiled apart): grid where cheaper, rows split
+# steps by the exact windowed loops only, the long tiers' by the grid where cheaper, rows split
 # across ``nt`` threads when ``big``. Separate functions, so that the short tier compiles
 # without the grid, and the one-per-thread tier without the row split's parallel loops
-# (``big`` is a constant of each long block and of ApproxAP's per-query functions; the steps
-# that take it are inlined).
+# (``big`` is a constant of each long block; the steps that take it are inlined). The long
+# blocks hold a query's steps in their own loop body: as a per-query function, Numba's
+# inlining copies its body into the block at a cost that grows with the square of its size,
+# and compiled apart (ApproxAP's was) LLVM optimises its code again inside the block's
+# module; either cost 1.3-3 s more on a first call on long queries.
 #
 # Compile time (a new user's first call) shapes these functions. Flags reach the compiled
 # functions as arguments, never as constants in a call: Numba compiles one specialisation per
@@ -846,16 +740,31 @@ def _make_long_block(big, exact):
     of the compiled function, so that data without queries of the row split never compiles
     its parallel loops, and a first call compiles only the pair loops its mode uses."""
 
-    def long_block(q0, q1, job, s, gains, inv_z, group_ptr, weights, alpha, kind, k, beta,
-                   theta, mode, floor, constant, normalize, grad, hess, pos, order, lo, hi, nt,
-                   gp, gt):
+    def long_block(q0, q1, job, s_all, gains_all, inv_z, group_ptr, weights, alpha, kind, k,
+                   beta, theta, mode, floor, constant, normalize, grad_all, hess_all, pos_all,
+                   order_all, lo, hi, nt, gp, gt):
         W = pair_work(_largest(group_ptr, group_ptr, q0, q1, lo, hi)[0])
         for q in range(q0, q1):
-            a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-            if a >= 0:
-                _query(big, exact, job, s[a:b], gains[a:b], inv_z[q], w_q, alpha, kind, k,
-                       beta, theta, mode, floor, constant, normalize, grad[a:b], hess[a:b],
-                       pos[a:b], order[a:b], W, nt, gp, gt)
+            a, b, wts = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad_all, hess_all)
+            if a < 0:
+                continue
+            s = s_all[a:b]
+            order = order_all[a:b]
+            n = s.shape[0]
+            grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
+            if job == JOB_POSITIONS:
+                for r in range(n):
+                    pos_all[a + order[r]] = W.pos[r]
+                continue
+            gains = gains_all[a:b]
+            separable_ve(n, W, gains, order, inv_z[q], kind, k, beta, theta)
+            # the class split of the bound needs v monotone within a gain class (no top-k);
+            # "mixed": the bound only where its floor can bind (``_grid._chain_boxes``)
+            _chain_step(big, grid, n, W, exact, _need_bound(mode), k <= 0, gains, order,
+                        W.v[:0], mode == HESS_BOUND_SUM, floor if mode == HESS_MIXED else 0.0,
+                        nt, gt, lag)
+            _sorted_finish(n, W, order, alpha, mode, floor, constant, normalize, exact,
+                           W.v[:0], wts, grad_all[a:b], hess_all[a:b])
 
     return njit(nogil=True, cache=True, **_ENTRY)(
         _variant_named(long_block, "_split_block" if big else "_long_block", exact))
@@ -912,17 +821,56 @@ def _make_long_block_ap(big, exact):
     """ApproxAP's blocks of long queries (``_long_block_ap_*``, ``_split_block_ap_*``), as
     :func:`_make_long_block`."""
 
-    def long_block_ap(q0, q1, job, s, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, beta,
-                      mode, floor, constant, normalize, grad, hess, out, order, lo, hi, nt, gp,
-                      gt):
+    def long_block_ap(q0, q1, job, s_all, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
+                      beta, mode, floor, constant, normalize, grad, hess, out, order_all, lo,
+                      hi, nt, gp, gt):
         W, A, Hc = _ap_space(job, exact, group_ptr, rel_ptr, q0, q1, lo, hi)
         for q in range(q0, q1):
-            a, b, w_q = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
-            if a >= 0:
-                out[q] = _query_ap(big, exact, job, s[a:b], inv_z[q],
-                                   rel_idx[rel_ptr[q]:rel_ptr[q + 1]], w_q, alpha, beta, mode,
-                                   floor, constant, normalize, grad[a:b], hess[a:b], order[a:b],
-                                   W, A, Hc, nt, gp, gt)
+            a, b, wts = _take(job, inv_z, group_ptr, q, lo, hi, weights, grad, hess)
+            if a < 0:
+                continue
+            s = s_all[a:b]
+            order = order_all[a:b]
+            iz = inv_z[q]
+            n = s.shape[0]
+            grid, lag = _positions_step(big, s, order, alpha, W, nt, gp, gt)
+            # the relevant documents and their windows first, then their sums by the grid
+            # where that is cheaper, else by the near pairs' loops and the far pairs' series
+            R = ap_relevant(n, W, A, order, rel_idx[rel_ptr[q]:rel_ptr[q + 1]], beta, n < 0,
+                            n < 0)
+            if use_grid(A.ry[:R], A.jst, R, gp):  # the exact loops' pairs: within _NEAR
+                _ap_relevant_grid(big, R, A, exact, nt, gt)
+            else:  # ``tc`` for the exact diagonal only (a run-time flag, as in _grid_chain)
+                ap_relevant_sums(R, A, (n >= 0) if exact else (n < 0))
+            if job == JOB_VALUE:
+                out[q] = ap_value_sum(R, A, iz)
+                continue
+            ap_ve(n, R, W, A, beta, iz)
+            need_bound = _need_bound(mode)
+            bsum = mode == HESS_BOUND_SUM
+            # ApproxAP's v is coupled, not monotone within a class: the grid's class split
+            # does not apply; its bound comes from _ap_grid_bound where that is cheaper than
+            # the exact chain. (``n < 0`` is False as a run-time value: a literal False would
+            # compile the callee once more.)
+            S = _relevant_part(n, W, A, R if grid and need_bound else 0)
+            bound_grid = grid and need_bound and _ap_bound_on_grid(W.x[:n], W.jend, n,
+                                                                   S.jend[:R], gp)
+            # with the bound on the grid, the chain's sums with weights |v| start it (W.bnd),
+            # and they are most of "bound_sum"'s: sum_j w_kj (|v_j| - |v_k|) + 2 |v_k| aw_k
+            sum_grid = grid and bsum
+            av = W.av[:0]
+            if bound_grid or sum_grid:  # (a literal True: bound_weights is inlined)
+                av = bound_weights(n, W, True)[:n]
+            _chain_step(big, grid and (bound_grid or not need_bound), n, W, exact,
+                        need_bound and not bound_grid, n < 0, W.v, order, av, bsum, 0.0, nt, gt,
+                        lag)
+            if bound_grid:
+                _ap_grid_bound(big, n, W, A, R, S, nt, gp, gt, lag)
+            if sum_grid:
+                for r in range(n):
+                    W.bnd[r] += 2.0 * av[r] * W.aw[r]
+            _ap_finish(n, R, W, A, Hc, order, iz, alpha, beta, mode, floor, constant, normalize,
+                       exact, wts, grad[a:b], hess[a:b])
 
     return njit(nogil=True, cache=True, **_ENTRY)(
         _variant_named(long_block_ap, "_split_block_ap" if big else "_long_block_ap", exact))
