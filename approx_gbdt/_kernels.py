@@ -1029,7 +1029,8 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
       Hessian mode needs none of the exact diagonal's sums; else 0;
     - ``small <= n < short`` (the grid's threshold ``GRID_MIN_N`` and ``par_min``): one query
       per thread by the exact windowed loops (:func:`_make_short_block`);
-    - ``short <= n < split``: one query per thread, grid where it is cheaper (:func:`_query`);
+    - ``short <= n < split``: one query per thread, grid where it is cheaper
+      (:func:`_make_long_block`, :func:`_make_long_block_ap`);
     - ``n >= split``: one query after the other, rows split across the threads. ``split``
       (:func:`split_at`) is at least ``par_min``, and higher where there are enough long
       queries to keep every thread busy one query each (``split_share``).

@@ -84,6 +84,25 @@ def _term(kind, p, k, beta, theta):
     return d0 * t, d1 * t + d0 * t1, d2 * t + 2.0 * d1 * t1 + d0 * t2
 
 
+_LOG2_RANKS = [np.empty(0)]  # log2(r + 1) for r = 1, 2, ..., grown on demand
+
+
+def _exact_denominators(kind, width):
+    """``1 / base(r)`` at the exact ranks ``r = 1..width`` (None where ``base`` is 1). The
+    logarithms are libm's (``math.log2``, as compiled code takes them): NumPy's own ``log2``
+    differs from it in the last bit at some integers on some CPUs."""
+    if kind == TERM_LOG:
+        table = _LOG2_RANKS[0]
+        if table.shape[0] < width:
+            size = max(width, 2 * table.shape[0])
+            table = np.fromiter(map(math.log2, range(2, size + 2)), np.float64, count=size)
+            _LOG2_RANKS[0] = table
+        return table[:width]
+    if kind == TERM_RECIP:
+        return np.arange(1.0, width + 1.0)
+    return None
+
+
 def ideal_value(gains, group_ptr, kind, k, theta):
     """Exact best value of ``sum_r g_(r) base(r)`` per query (gains sorted descending, ranks
     ``r <= k`` when ``k > 0``): the ideal DCG@k for ``TERM_LOG``.
@@ -100,6 +119,7 @@ def ideal_value(gains, group_ptr, kind, k, theta):
     starts = group_ptr[:-1] - group_ptr[0]
     g = gains[group_ptr[0]:group_ptr[-1]]
     n = g.shape[0]
+    den = _exact_denominators(kind, width)
     if nq * width <= 4 * n:  # a [query, rank] table, padded with inf, sorted row by row
         if n == nq * width:
             table = -g.reshape(nq, width)
@@ -112,18 +132,16 @@ def ideal_value(gains, group_ptr, kind, k, theta):
         terms = np.negative(table, out=table)
         if n < nq * width:
             terms[np.arange(width) >= sizes[:, None]] = 0.0
-        rank = np.arange(1.0, width + 1.0)
+        rank0 = np.arange(width)  # rank - 1 of each column
     else:  # one sort by query and gain
         qid = np.repeat(np.arange(nq), sizes)
         terms = g[np.lexsort((-g, qid))]
-        rank = np.arange(1.0, n + 1.0)
-        rank -= np.repeat(starts, sizes)
-    if kind == TERM_LOG:
-        terms /= np.log2(rank + 1.0)
-    elif kind == TERM_RECIP:
-        terms /= rank
+        rank0 = np.arange(n)  # rank - 1 of each document in that order
+        rank0 -= np.repeat(starts, sizes)
+    if den is not None:
+        terms /= den[rank0]
     if k > 0:
-        terms[..., rank > k] = 0.0
+        terms[..., rank0 >= k] = 0.0
     if terms.ndim == 2:
         return np.cumsum(terms, axis=1)[:, -1]
     return np.bincount(qid, weights=terms, minlength=nq)
