@@ -226,8 +226,6 @@ def _chain_step(big, grid, n, W, need_exact, need_bound, split, gains, order, va
         _sorted_chain(n, W, need_exact, bsum)
 
 
-
-
 @njit(inline="always", cache=True)
 def _ap_relevant_grid(big, R, A, need_exact, nt, gt):
     """ApproxAP's second-level sums of a query's ``R`` relevant documents (``A.s``, ``A.ts``,
@@ -1077,11 +1075,12 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     # costs seconds of compilation; a booster's first round, from equal scores, takes the
     # direct loops)
     below = sizes < short
+    longest = int(sizes[below].max()) if below.any() else -1  # of the short tiers; -1: none
     small = min(small_n, short)
-    if ((coupled and exact) or not below.any() or sizes[below].max() >= small
+    if ((coupled and exact) or longest < 0 or longest >= small
             or _mostly_wide(s, group_ptr, sizes, below, alpha)):
         small = 0
-    elif sizes[below].max() < min(lanes_n, LANES_N_AP if coupled else LANES_N):
+    elif longest < min(lanes_n, LANES_N_AP if coupled else LANES_N):
         small_block = lanes_block  # all of them short enough for the lane loops
     tier = sizes < small
     if tier.any():
