@@ -30,10 +30,15 @@ Chebyshev nodes. For a pair of boxes at most ``D = ceil(T / _H)`` boxes apart,
     K(x_j - x_k) ~ sum_{m, l} L_m(x_k) K(y_m - y_l) L_l(x_j)
 
 (``L`` the Lagrange polynomials of the box nodes ``y``), so a box's sources are summed into
-``_P`` node weights, node weights meet target nodes through a ``_P x _P`` kernel table per
-box offset, and every target reads its box's node values: O(n _P + B (2 D + 1) _P^2) for B
-occupied boxes. Each document's ``_P`` Lagrange values are computed once and kept (``n x _P``
-floats): the sources, the targets and the bound's in-box prefix sums below read them, and
+``_P`` node weights, and node weights meet target nodes through a ``_P x _P`` kernel table per
+box offset for partner boxes at most ``_DN`` apart (near). Further apart (far: ``|x_j - x_k| >
+_DN _H``) each kernel is a power series in ``e^-|x_j - x_k|`` whose terms split into a factor
+of the source and one of the target (``_far_tables``): a box's ``_M`` moments per side (``E``
+times its node weights, ``E`` the exponentials at the nodes, ``_node_exps``) meet a target box
+through ``_M`` products per far partner, and go back to the target box's node values through
+``E``. Every target reads its box's node values: O(n _P + B (2 _DN + 1) _P^2 + B (2 D) _M) for
+B occupied boxes. Each document's ``_P`` Lagrange values are computed once and kept (``n x
+_P`` floats): the sources, the targets and the bound's in-box prefix sums below read them, and
 the chain step reads those of the positions step on the same scores (the caller passes them
 on).
 Pairs more than D boxes apart are saturated (``|x_j - x_k| >= T``) and are counted exactly as
@@ -96,6 +101,9 @@ cost of the box products and 1.25 times the work per document). That is at the f
 
     |F_c(k) - F~_c(k)| <= eps_K sum_{j near k} |c_j|      (near: |x_j - x_k| < (D + 1) _H)
 
+(on the far partners the series' first term left out is at most 3.5e-10 |c_j| and their
+exponentials' interpolation adds below 3e-10: ``_far_tables`` and ``_node_exps``, both within
+a tenth of every ``eps_K``)
 plus the window bound of ``_pairs`` for the saturated pairs. The outputs combine these sums:
 ``pos^`` (sig, c = 1), ``g``, ``gva`` and ``aw`` (w; c = v, va and 1, the last times ``|v_k|``
 or ``|va_k|``), ``aa`` (sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C`` or
@@ -120,6 +128,14 @@ _H = 1.0
 _P = 8
 assert _P % 4 == 0  # ``_rows4`` takes four rows at a time
 _D = int(math.ceil(_T / _H))
+# partner boxes within _DN of a box meet it through the _P x _P kernel tables; those further
+# (up to _D) through the kernels' series in e^-|z| (``_far_tables``), _M terms: every pair
+# there is more than _DN _H apart, so the first term left out is at most
+# (_M + 1)^2 e^-((_M + 1) _DN _H) = 3.5e-10 of |c_j| (sig''; sig 1.4e-11, w 6.9e-11, w^2
+# 2.8e-10), a hundredth of the interpolation's own (``eps_K`` below)
+_DN = 5
+_M = 4
+assert 0 < _DN < _D
 # partner boxes of the sums over ApproxAP's relevant documents (``grid_abs_seq``): pairs
 # further apart than _D_ABS boxes are left out, each an error of at most w(_D_ABS) |v_j - v_k|
 # <= e^-20 (|v_j| + |v_k|) = 2.1e-9 (|v_j| + |v_k|), a fifth of the grid's own (``eps_K`` of
@@ -131,8 +147,9 @@ _CMAX = 8
 _LEAF = {"forceinline": True, "fastmath": False, "error_model": "python", **_STEP}
 _EPS_K = (6.8e-9, 2.2e-8, 6.2e-8, 4.4e-8)  # sig, w, sig'', w^2 (see above)
 GRID_MIN_N = 512  # shorter queries always take the exact windowed path (cheaper below ~600)
-_GRID_PER_DOC = 190  # cost model of ``use_grid``, in window pairs
-_GRID_PER_BOX_PAIR = 180
+_GRID_PER_DOC = 60  # cost model of ``use_grid``, in window pairs
+_GRID_PER_NEAR = 280
+_GRID_PER_FAR = 18
 
 
 @njit(cache=True, **_STEP)
@@ -189,6 +206,41 @@ def _tables(z):
 
 
 @njit(cache=True, **_STEP)
+def _far_tables():
+    """Series of the four kernels for partner boxes more than ``_DN`` apart:
+    ``F[kernel, D + delta, i]`` for a source box ``delta`` boxes further down. With
+    ``y = e^-|z|`` (``|z| > _DN _H`` there) the kernels are power series in ``y``,
+
+        sig(z) = sum_m (-1)^(m+1) y^m (z < 0),  1 - the same (z > 0)
+        w(z) = sum_m (-1)^(m+1) m y^m,          sig''(z) = -sign(z) sum_m (-1)^(m+1) m^2 y^m
+        w(z)^2 = sum_m (-1)^m C(m+1, 3) y^m,
+
+    and ``y^m`` splits into the boxes' distance and the documents' local coordinates ``t``:
+    ``e^-(m delta _H) e^(m _H t_k) e^(-m _H t_j)`` for a source below (``delta > 0``),
+    ``e^-(m |delta| _H) e^(-m _H t_k) e^(m _H t_j)`` above. ``F`` holds the coefficients
+    times the distance factor, for m = 1.._M: columns ``0.._M-1`` for a source above (they
+    meet the source's ``e^(m _H t_j)`` and the target's ``e^(-m _H t_k)``), ``_M..2 _M-1``
+    below (the other way round); the other half is 0, as is every row within ``_DN``. The
+    constant 1 of sig above is counted apart (as for the saturated pairs)."""
+    far = np.zeros((4, 2 * _D + 1, 2 * _M))
+    for di in range(2 * _D + 1):
+        delta = di - _D
+        if abs(delta) <= _DN:
+            continue
+        above = delta < 0
+        for i in range(_M):
+            m = i + 1
+            sgn = 1.0 if m % 2 == 1 else -1.0  # (-1)^(m+1)
+            y = math.exp(-m * abs(delta) * _H)
+            col = i if above else _M + i
+            far[0, di, col] = (-sgn if above else sgn) * y
+            far[1, di, col] = sgn * m * y
+            far[2, di, col] = (-sgn if above else sgn) * m * m * y
+            far[3, di, col] = -sgn * ((m + 1) * m * (m - 1) / 6.0) * y
+    return far
+
+
+@njit(cache=True, **_STEP)
 def _box_ids(x, bid, cnt):
     """Occupied boxes of ``u = -x / _H`` (``x`` sorted, descending): their ids ``bid`` and
     numbers of documents ``cnt``. Returns the number of boxes."""
@@ -233,17 +285,22 @@ def _box_partners(x, n, d):
 
 
 @njit(cache=True, **_STEP)
-def _partner_work(x, n, d):
-    """``(sum_b cnt_b (partners of b), sum_b (partners of b))`` of one sorted query,
-    partners within ``d`` boxes: the work of the grid's paths (:func:`_costs`)."""
-    nb, cnt, ends = _box_partners(x, n, d)
-    per_doc = 0
-    per_box = 0
+def _partner_work(x, n):
+    """``(near, far)``: the ordered pairs of partner boxes of one sorted query within ``_DN``
+    (each box with itself once) and those beyond it within ``_D``, the work of the grid's
+    paths (:func:`_costs`)."""
+    bid = np.empty(n)
+    cnt = np.empty(n, dtype=np.int64)
+    nb = _box_ids(x[:n], bid, cnt)
+    ends = np.empty((4, nb), dtype=np.int64)
+    _partners(bid, nb, _DN, ends[0], ends[1])
+    _partners(bid, nb, _D, ends[2], ends[3])
+    near = 0
+    every = 0
     for b in range(nb):
-        k = ends[1, b] - ends[0, b]
-        per_doc += cnt[b] * k
-        per_box += k
-    return per_doc, per_box
+        near += ends[1, b] - ends[0, b]
+        every += ends[3, b] - ends[2, b]
+    return near, every - near
 
 
 @njit(inline="always", cache=True)
@@ -259,25 +316,28 @@ def window_pairs(jend, n):
 @njit(cache=True, **_STEP)
 def _costs(x, jend, n):
     """Work of the two paths for one sorted query: the pairs inside the windows (exact path)
-    and the ordered pairs of partner boxes, each box with itself once (grid path)."""
-    return window_pairs(jend, n), _partner_work(x, n, _D)[1]
+    and the ordered pairs of near and of far partner boxes (grid path, :func:`_partner_work`)."""
+    near, far = _partner_work(x, n)
+    return window_pairs(jend, n), near, far
 
 
 @njit(inline="always", cache=True)
 def use_grid(x, jend, n, grid_mode):
     """Whether to take the grid path for this sorted query: ``grid_mode`` 1 always, -1 never,
-    0 where it is cheaper. The cost model, fitted on one thread (ApproxNDCG, queries of 1,024
-    to 4,000 documents, score spreads from all pairs in the window to a few; applied from
-    ``GRID_MIN_N``): exact path ~ 0.16 us per document + 1.1 ns per window pair; grid path
-    ~ 0.36 us per document + 0.2 us per pair of partner boxes."""
+    0 where it is cheaper. The cost model, fitted on one thread (ApproxNDCG, 60,000 documents
+    in queries of 600 to 4,000, N(0, sd) scores with sd from 0.02 to 10 at alpha 10: all
+    pairs in the window to a few; applied from ``GRID_MIN_N``): exact path ~ 0.13 us per
+    document + 1.0 ns per window pair; grid path ~ 0.17 us per document + 0.28 us per pair of
+    near partner boxes + 18 ns per pair of far ones (within 11 % of every measured time; the
+    choice took 1.004 times the faster path's time in total, the worst query 1.06 times)."""
     if grid_mode < 0 or n < 2:
         return False
     if grid_mode > 0:
         return True
     if n < GRID_MIN_N:
         return False
-    pairs, box_pairs = _costs(x, jend, n)
-    return pairs > _GRID_PER_DOC * n + _GRID_PER_BOX_PAIR * box_pairs
+    pairs, near, far = _costs(x, jend, n)
+    return pairs > _GRID_PER_DOC * n + _GRID_PER_NEAR * near + _GRID_PER_FAR * far
 
 
 @njit(cache=True, **_STEP)
@@ -395,52 +455,116 @@ def _dot(a, b):
 
 @njit(cache=True, **_ENTRY)
 def grid_tables():
-    """``(z, lam, tab, sc)``: the Chebyshev nodes with their barycentric weights, the kernel
-    tables and the self terms' coefficients, constants of the grid that the kernels compute
-    once per process and pass to every call (``grid_positions_*``, ``grid_chain_*``,
+    """``(z, lam, tab, sc, far, emat)``: the Chebyshev nodes with their barycentric weights,
+    the kernel tables, the self terms' coefficients, the far series' tables and their
+    exponentials at the nodes, constants of the grid that the kernels compute once per
+    process and pass to every call (``grid_positions_*``, ``grid_chain_*``,
     ``grid_abs_*``)."""
     z, lam = _nodes()
     tab = _tables(z)
-    return z, lam, tab, _self_coefs(z, lam, tab)
+    return z, lam, tab, _self_coefs(z, lam, tab), _far_tables(), _node_exps(z)
 
 
 @njit(cache=True, **_STEP)
 def _setup(x, gt):
-    """Nodes, kernel tables (``gt``, from :func:`grid_tables`) and boxes of one sorted query."""
+    """Nodes, kernel tables (``gt``, from :func:`grid_tables`) and boxes of one sorted query;
+    ``ends``: each box's partners ``[ends[0, b], ends[3, b])`` (box ids within ``_D``), of
+    which ``[ends[1, b], ends[2, b])`` are near (within ``_DN``)."""
     n = x.shape[0]
-    z, lam, tab, sc = gt
+    z, lam, tab, sc, far, emat = gt
     t = np.empty(n)
     slot = np.empty(n, dtype=np.int64)
     bid = np.empty(n)
     bstart = np.empty(n + 1, dtype=np.int64)
-    nlo = np.empty(n, dtype=np.int64)
-    nhi = np.empty(n, dtype=np.int64)
-    nb = _boxes(x, t, slot, bid, bstart, nlo, nhi)
-    return z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb
+    ends = np.empty((4, n), dtype=np.int64)
+    nb = _boxes(x, t, slot, bid, bstart, ends[0], ends[3])
+    _partners(bid, nb, _DN, ends[1], ends[2])
+    return z, lam, tab, sc, far, emat, t, slot, bid, bstart, ends, nb
+
+
+@njit(cache=True, **_STEP)
+def _node_exps(z):
+    """``E[i, l] = e^((i + 1) _H z_l)`` for i < _M and ``e^(-(i - _M + 1) _H z_l)`` for the
+    others: the far series' exponentials at the nodes. A box's far moments are ``E`` times its
+    node weights (each document's ``e^(+-m _H t_j)`` interpolated through its Lagrange
+    values), and a target's factors ``e^(-+m _H t_k)`` are read back through the node values
+    the same way. The interpolation's relative error on [0, 1] is at most 1.2e-9, 4.8e-7,
+    2.0e-5 and 3.3e-4 for m = 1..4, on series terms of at most ``m^2 e^(-m _DN _H)`` (6.7e-3,
+    1.8e-4, 2.8e-6, 3.3e-8): below 3e-10 in all, with the source's and the target's."""
+    E = np.empty((2 * _M, _P))
+    for i in range(_M):
+        for m in range(_P):
+            E[i, m] = math.exp((i + 1) * _H * z[m])
+            E[_M + i, m] = math.exp(-(i + 1) * _H * z[m])
+    return E
+
+
+@njit(cache=True, **_LEAF)
+def _moments(E, w, out):
+    """A box's far moments ``out = E w`` from its node weights ``w`` (:func:`_node_exps`)."""
+    for i in range(2 * _M):
+        acc = 0.0
+        for m in range(_P):
+            acc += E[i, m] * w[m]
+        out[i] = acc
+
+
+@njit(cache=True, **_LEAF)
+def _far_add(F, w, off, out):
+    """``out[off + i] += F[off + i] w[off + i]`` for i < _M: one far partner's series terms
+    (``off`` 0 for a source above, ``_M`` below; see :func:`_far_tables`)."""
+    for i in range(off, off + _M):
+        out[i] += F[i] * w[i]
+
+
+@njit(cache=True, **_LEAF)
+def _far_nodes(E, phf, out):
+    """Add a box's far series ``phf`` to its node values ``out``: the terms of the sources
+    above meet ``e^(-m _H t)``, those below ``e^(m _H t)``, at every node."""
+    for m in range(_P):
+        acc = 0.0
+        for i in range(_M):
+            acc += phf[i] * E[_M + i, m] + phf[_M + i] * E[i, m]
+        out[m] += acc
+
+
+@njit(cache=True, **_LEAF)
+def _has_far(ends, b):
+    """Whether box ``b`` has partners beyond ``_DN`` (see :func:`_setup`)."""
+    return ends[0, b] < ends[1, b] or ends[2, b] < ends[3, b]
 
 
 @njit(error_model="numpy", cache=True, **_STEP)
-def _pos_sources(b0, b1, t, bstart, z, lam, src, lag):
+def _pos_sources(b0, b1, t, bstart, z, lam, emat, src, mom, lag):
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
             L = lag[r]
             _lagrange(t[r], z, lam, L)
             for i in range(_P):
                 src[b, i] += L[i]
+        _moments(emat, src[b], mom[b])
 
 
 @njit(cache=True, **_STEP)
-def _pos_boxes(b0, b1, bid, bstart, nlo, nhi, tab, src, lag, own, pos):
+def _pos_boxes(b0, b1, bid, bstart, ends, tab, far, emat, src, mom, lag, own, pos):
     phi = np.empty(_P)
+    phf = np.empty(2 * _M)
     for b in range(b0, b1):
         for m in range(_P):
             phi[m] = 0.0
-        for s in range(nlo[b], nhi[b]):
+        for s in range(ends[1, b], ends[2, b]):
             _matvec_add(tab[0, int(bid[s] - bid[b]) + _D], src[s], phi)
-        base = 1.0 + bstart[nlo[b]]
+        if _has_far(ends, b):
+            for m in range(2 * _M):
+                phf[m] = 0.0
+            for s in range(ends[0, b], ends[1, b]):  # far above
+                _far_add(far[0, int(bid[s] - bid[b]) + _D], mom[s], 0, phf)
+            for s in range(ends[2, b], ends[3, b]):  # far below
+                _far_add(far[0, int(bid[s] - bid[b]) + _D], mom[s], _M, phf)
+            _far_nodes(emat, phf, phi)
+        base = 1.0 + bstart[ends[1, b]]  # sig's constant 1 of every document above the near
         for r in range(bstart[b], bstart[b + 1]):
-            L = lag[r]
-            pos[r] = base + _dot(L, phi) - own[r]
+            pos[r] = base + _dot(lag[r], phi) - own[r]
 
 
 @njit(cache=True, **_STEP)
@@ -455,30 +579,33 @@ def grid_positions_seq(x, pos, gt, lag):
     :func:`grid_tables`). ``lag``: an ``n x _P`` array that receives every document's
     Lagrange values (for a chain step on the same ``x``: :func:`grid_chain_seq`), or an empty
     one."""
-    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, far, emat, t, slot, bid, bstart, ends, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
+    mom = np.empty((nb, 2 * _M))
     lag = _lag_space(lag, x.shape[0])
     own = np.empty(x.shape[0])
     _self_terms(t, sc[0], own)
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
-    _pos_sources(b0, nb, t, bstart, z, lam, src, lag)
-    _pos_boxes(b0, nb, bid, bstart, nlo, nhi, tab, src, lag, own, pos)
+    _pos_sources(b0, nb, t, bstart, z, lam, emat, src, mom, lag)
+    _pos_boxes(b0, nb, bid, bstart, ends, tab, far, emat, src, mom, lag, own, pos)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
 def grid_positions_par(x, pos, gt, nt, lag):
     """:func:`grid_positions_seq` with the boxes split across ``nt`` threads."""
-    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, far, emat, t, slot, bid, bstart, ends, nb = _setup(x, gt)
     src = np.zeros((nb, _P))
+    mom = np.empty((nb, 2 * _M))
     lag = _lag_space(lag, x.shape[0])
     own = np.empty(x.shape[0])
     _self_terms(t, sc[0], own)
     nch = min(nb, 4 * nt)
     for c in prange(nch):
-        _pos_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, src, lag)
+        _pos_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, emat, src, mom,
+                     lag)
     for c in prange(nch):
-        _pos_boxes(nb * c // nch, nb * (c + 1) // nch, bid, bstart, nlo, nhi, tab, src, lag,
-                   own, pos)
+        _pos_boxes(nb * c // nch, nb * (c + 1) // nch, bid, bstart, ends, tab, far, emat, src,
+                   mom, lag, own, pos)
 
 
 @njit(cache=True, **_ENTRY)
@@ -510,12 +637,12 @@ def gain_classes(gains, order, n, cls):
 
 
 @njit(error_model="numpy", cache=True, **_STEP)
-def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fresh, src,
-                   lag):
+def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fresh, emat, src,
+                   mom, lag):
     """Lagrange values of the documents of boxes b0..b1-1 (into ``lag``, when ``fresh``;
     else ``lag`` holds them) and their boxes' node weights (into ``src``, rows: 1, ``v``,
     ``e`` (when ``need_exact``), ``va`` (when given), then ``v 1_G`` and ``1_G`` for the
-    classes G = 1..C)."""
+    classes G = 1..C) and far moments (into ``mom``, the same rows: :func:`_moments`)."""
     has_va = va.shape[0] > 0
     for b in range(b0, b1):
         for r in range(bstart[b], bstart[b + 1]):
@@ -540,6 +667,8 @@ def _chain_sources(b0, b1, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fre
                 for i in range(_P):
                     src[b, 2 + 2 * c, i] += L[i] * vr
                     src[b, 3 + 2 * c, i] += L[i]
+        for k in range(4 + 2 * C):
+            _moments(emat, src[b, k], mom[b, k])
 
 
 @njit(cache=True, **_ENTRY)
@@ -563,20 +692,22 @@ def grid_chain_seq(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
     ``lag``: the documents' Lagrange values from :func:`grid_positions_seq` on this same
     ``x`` (``n x _P``; a caller must not pass those of another ``x``: any array with a row per
     document is taken as given), or an empty array (computed here)."""
-    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, far, emat, t, slot, bid, bstart, ends, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 4 + 2 * C, _P))  # 1, v, e, va, then v 1_G and 1_G for G = 1..C
+    mom = np.empty((nb, 4 + 2 * C, 2 * _M))
     fresh = lag.shape[0] != x.shape[0]
     lag = _lag_space(lag, x.shape[0])
     b0 = np.int64(0)  # a run-time 0: a literal 0 would compile the callees once more
-    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fresh, src, lag)
+    _chain_sources(b0, nb, t, bstart, z, lam, v, ee, va, cls, C, need_exact, fresh, emat, src,
+                   mom, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     pre = _box_prefix(mem, mst, 0 if vsep else C, slot, lag, v)
     own = _chain_own(t, sc, need_exact)
     vneg = _nonpositive(v) if need_bound and not vsep else False
     _chain_boxes(b0, nb, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 floor, vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag,
-                 own)
+                 floor, vsep, vneg, mem, mst, pre, tab, far, emat, slot, bid, bstart, ends, src,
+                 mom, lag, own)
 
 
 @njit(parallel=True, cache=True, **_ENTRY)
@@ -584,23 +715,24 @@ def grid_chain_par(x, v, ee, va, g, bnd, aa, ab, aw, gva, cls, ncls, need_bound,
                    floor, gt, nt, vsep, lag):
     """:func:`grid_chain_seq` with the boxes split across ``nt`` threads (the bound's
     pointers start in each chunk by a binary search, then move forward only)."""
-    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, far, emat, t, slot, bid, bstart, ends, nb = _setup(x, gt)
     C = ncls if need_bound else 0
     src = np.zeros((nb, 4 + 2 * C, _P))
+    mom = np.empty((nb, 4 + 2 * C, 2 * _M))
     fresh = lag.shape[0] != x.shape[0]
     lag = _lag_space(lag, x.shape[0])
     nch = min(nb, 4 * nt)
     for c in prange(nch):
         _chain_sources(nb * c // nch, nb * (c + 1) // nch, t, bstart, z, lam, v, ee, va, cls,
-                       C, need_exact, fresh, src, lag)
+                       C, need_exact, fresh, emat, src, mom, lag)
     mem, mst = _class_members(cls, x.shape[0], C)
     pre = _box_prefix(mem, mst, 0 if vsep else C, slot, lag, v)
     own = _chain_own(t, sc, need_exact)
     vneg = _nonpositive(v) if need_bound and not vsep else False
     for c in prange(nch):
         _chain_boxes(nb * c // nch, nb * (c + 1) // nch, v, ee, va, g, bnd, aa, ab, aw, gva,
-                     cls, C, need_bound, need_exact, floor, vsep, vneg, mem, mst, pre, tab, slot,
-                     bid, bstart, nlo, nhi, src, lag, own)
+                     cls, C, need_bound, need_exact, floor, vsep, vneg, mem, mst, pre, tab, far,
+                     emat, slot, bid, bstart, ends, src, mom, lag, own)
 
 
 @njit(cache=True, **_STEP)
@@ -680,15 +812,26 @@ def _first_not_below(mem, a, b, v, vk):
     return a
 
 
+@njit(cache=True, **_LEAF)
+def _side_dot(F, X, xo):
+    """``sum_i F[i] X[xo + i]``, i < _M: far series of one side against a target's factors
+    (``xo`` ``_M`` for sources above, 0 below)."""
+    acc = 0.0
+    for i in range(_M):
+        acc += F[i] * X[xo + i]
+    return acc
+
+
 @njit(cache=True, **_STEP)
 def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound, need_exact,
-                 floor, vsep, vneg, mem, mst, pre, tab, slot, bid, bstart, nlo, nhi, src, lag,
-                 own):
-    """Targets of boxes b0..b1-1: node values of the partner boxes, then every document
-    (``lag``: the Lagrange values of every document, from the positions step or
-    :func:`_chain_sources`; ``own``: the self terms of ``w`` and, when ``need_exact``, ``w^2``,
-    from :func:`_chain_own`; ``vneg``: every ``v`` is at most 0, so that the bound is
-    ``g_k - 2 sum_G C_kG``, see the module docstring).
+                 floor, vsep, vneg, mem, mst, pre, tab, far, emat, slot, bid, bstart, ends, src,
+                 mom, lag, own):
+    """Targets of boxes b0..b1-1: node values of the partner boxes (the near ones through the
+    kernel tables, the far ones through their series, :func:`_far_tables`), then every
+    document (``lag``: the Lagrange values of every document, from the positions step or
+    :func:`_chain_sources`; ``mom``: the boxes' far moments; ``own``: the self terms of ``w``
+    and, when ``need_exact``, ``w^2``, from :func:`_chain_own`; ``vneg``: every ``v`` is at
+    most 0, so that the bound is ``g_k - 2 sum_G C_kG``, see the module docstring).
 
     With ``vneg``, ``need_exact`` and a ``floor`` above 0 (the caller's Hessian is
     ``max(h_k, floor alpha^2 bnd_k)`` with the exact diagonal ``h_k = alpha^2 (aa_k - ab_k -
@@ -699,62 +842,121 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
     and the Hessian is ``h_k`` either way."""
     Lj = np.empty(_P)
     tmp = np.empty(_P)
-    pw1 = np.empty(_P)
-    pwv = np.empty(_P)
-    pd1 = np.empty(_P)
-    pdv = np.empty(_P)
-    pqe = np.empty(_P)
-    pwa = np.empty(_P)
+    X = np.zeros(2 * _M)  # a target's far factors, made where its class sums read them
+    mq = np.empty(_M)
+    # rows: w of 1 and v, sig'' of 1 and v, w^2 of e, w of va; node values and far series
+    ph = np.empty((6, _P))
+    pf = np.empty((6, 2 * _M))
     has_va = va.shape[0] > 0
-    npart = 2 * _D + 2
-    # psi[c, 0 / 1, i]: node values of the first i partner boxes for weights v 1_G / 1_G
-    psi = np.zeros((C + 1, 2, npart, _P))
+    nfar = _D - _DN + 1
+    # node values of the first i near partner boxes, and far series of the first i partners
+    # above / below, for weights v 1_G (0) and 1_G (1)
+    psi = np.zeros((C + 1, 2, 2 * _DN + 2, _P))
+    psa = np.zeros((C + 1, 2, nfar, _M))
+    psb = np.zeros((C + 1, 2, nfar, _M))
+    # node values of every partner (tf); fa: those of the far partners above, which the near
+    # prefixes psi then include
+    fa = np.zeros(_P)
+    tf = np.zeros((C + 1, 2, _P))
     # pointer per (class of the target, class of the sources)
     pc = np.full((C + 1, C + 1), -1, dtype=np.int64)
     for b in range(b0, b1):
-        for m in range(_P):
-            pw1[m] = 0.0
-            pwv[m] = 0.0
-            pd1[m] = 0.0
-            pdv[m] = 0.0
-            pqe[m] = 0.0
-            pwa[m] = 0.0
-        lo = nlo[b]
-        hi = nhi[b]
+        for k in range(6):
+            for m in range(_P):
+                ph[k, m] = 0.0
+        lo = ends[0, b]
+        klo = ends[1, b]
+        khi = ends[2, b]
+        hi = ends[3, b]
         for c in range(1, C + 1):
             for m in range(_P):
                 psi[c, 0, 0, m] = 0.0
                 psi[c, 1, 0, m] = 0.0
-        for s in range(lo, hi):
+        for s in range(klo, khi):
             di = int(bid[s] - bid[b]) + _D
             Kw = tab[1, di]
-            _matvec_add(Kw, src[s, 0], pw1)
-            _matvec_add(Kw, src[s, 1], pwv)
+            _matvec_add(Kw, src[s, 0], ph[0])
+            _matvec_add(Kw, src[s, 1], ph[1])
             if need_exact:
-                _matvec_add(tab[2, di], src[s, 0], pd1)
-                _matvec_add(tab[2, di], src[s, 1], pdv)
-                _matvec_add(tab[3, di], src[s, 2], pqe)
+                _matvec_add(tab[2, di], src[s, 0], ph[2])
+                _matvec_add(tab[2, di], src[s, 1], ph[3])
+                _matvec_add(tab[3, di], src[s, 2], ph[4])
             if has_va:
-                _matvec_add(Kw, src[s, 3], pwa)
-            i = s - lo
+                _matvec_add(Kw, src[s, 3], ph[5])
+            i = s - klo
             for c in range(1, C + 1):
                 for m in range(_P):
                     psi[c, 0, i + 1, m] = psi[c, 0, i, m]
                     psi[c, 1, i + 1, m] = psi[c, 1, i, m]
                 _matvec_add(Kw, src[s, 2 + 2 * c], psi[c, 0, i + 1])
                 _matvec_add(Kw, src[s, 3 + 2 * c], psi[c, 1, i + 1])
-        last = hi - lo
+        hasf = _has_far(ends, b)
+        if hasf:
+            for k in range(6):
+                for m in range(2 * _M):
+                    pf[k, m] = 0.0
+            for s in range(lo, hi):
+                if klo <= s < khi:
+                    continue
+                di = int(bid[s] - bid[b]) + _D
+                off = 0 if s < klo else _M
+                Fw = far[1, di]
+                _far_add(Fw, mom[s, 0], off, pf[0])
+                _far_add(Fw, mom[s, 1], off, pf[1])
+                if need_exact:
+                    _far_add(far[2, di], mom[s, 0], off, pf[2])
+                    _far_add(far[2, di], mom[s, 1], off, pf[3])
+                    _far_add(far[3, di], mom[s, 2], off, pf[4])
+                if has_va:
+                    _far_add(Fw, mom[s, 3], off, pf[5])
+                if C > 0:
+                    ps = psa if s < klo else psb
+                    i = s - lo if s < klo else s - khi
+                    for c in range(1, C + 1):
+                        for q in range(2):
+                            ms = mom[s, 2 + 2 * c + q]
+                            for m in range(_M):
+                                ps[c, q, i + 1, m] = ps[c, q, i, m] + Fw[off + m] * ms[off + m]
+            _far_nodes(emat, pf[0], ph[0])
+            _far_nodes(emat, pf[1], ph[1])
+            if need_exact:
+                for k in range(2, 5):
+                    _far_nodes(emat, pf[k], ph[k])
+            if has_va:
+                _far_nodes(emat, pf[5], ph[5])
+        nl = khi - klo
+        na = klo - lo
+        nbl = hi - khi
+        for c in range(1, C + 1):
+            for q in range(2):
+                if hasf:
+                    for m in range(_P):
+                        fa[m] = 0.0
+                    for i in range(_M):
+                        pf[0, i] = psa[c, q, na, i]
+                        pf[0, _M + i] = 0.0
+                    _far_nodes(emat, pf[0], fa)
+                    for i in range(nl + 1):
+                        for m in range(_P):
+                            psi[c, q, i, m] += fa[m]
+                for m in range(_P):
+                    tf[c, q, m] = psi[c, q, nl, m]
+                if hasf:
+                    for i in range(_M):
+                        pf[0, i] = 0.0
+                        pf[0, _M + i] = psb[c, q, nbl, i]
+                    _far_nodes(emat, pf[0], tf[c, q])
         for r in range(bstart[b], bstart[b + 1]):
             L = lag[r]
             vr = v[r]
-            a1 = _dot(L, pw1)
-            g[r] = _dot(L, pwv) - vr * a1
+            a1 = _dot(L, ph[0])
+            g[r] = _dot(L, ph[1]) - vr * a1
             aw[r] = a1 - own[0, r]
             if need_exact:
-                aa[r] = _dot(L, pdv) - vr * _dot(L, pd1)
-                ab[r] = _dot(L, pqe) - ee[r] * own[1, r]
+                aa[r] = _dot(L, ph[3]) - vr * _dot(L, ph[2])
+                ab[r] = _dot(L, ph[4]) - ee[r] * own[1, r]
             if has_va:
-                gva[r] = _dot(L, pwa) - va[r] * a1
+                gva[r] = _dot(L, ph[5]) - va[r] * a1
             if not need_bound:
                 continue
             ck = cls[r]
@@ -766,6 +968,7 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                 if floor * (-g[r] - 2.0 * vr * aw[r]) <= h:
                     bnd[r] = 0.0  # the floor cannot bind (see above)
                     continue
+            xk = False  # X holds this target's far factors
             # vneg: sum_j w_kj |v_j - v_k| = g_k - 2 sum_G C_kG (the gain-0 class has no v_j
             # below v_k), and A_kG is needed only where C_kG = A_kG
             tot = g[r] if vneg else 0.0
@@ -773,8 +976,8 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
             A = 0.0
             for c in range(1, C + 1):
                 if not vneg:
-                    A1 = _dot(L, psi[c, 1, last])
-                    A = _dot(L, psi[c, 0, last]) - vr * A1
+                    A1 = _dot(L, tf[c, 1])
+                    A = _dot(L, tf[c, 0]) - vr * A1
                     rest -= A1
                 if vsep:  # v-separated classes: the sign of v_j - v_k is the classes' order
                     if c > ck:
@@ -800,18 +1003,43 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                     Cs = 0.0
                 elif p == e or sc >= hi:  # every member of G in the window below v_k
                     if vneg:
-                        A = _dot(L, psi[c, 0, last]) - vr * _dot(L, psi[c, 1, last])
+                        A = _dot(L, tf[c, 0]) - vr * _dot(L, tf[c, 1])
                     Cs = A
-                else:
-                    i = sc - lo
-                    Cs = _dot(L, psi[c, 0, i]) - vr * _dot(L, psi[c, 1, i])
+                else:  # the partners before sc's box, then the members of G in it before p
+                    if (sc < klo or sc >= khi) and not xk:
+                        _moments(emat, L, X)
+                        xk = True
+                    if sc < klo:  # some of the far partners above
+                        ia = sc - lo
+                        Cs = (_side_dot(psa[c, 0, ia], X, _M)
+                              - vr * _side_dot(psa[c, 1, ia], X, _M))
+                    else:  # every far partner above, and near ones (then some far below)
+                        inr = min(sc, khi) - klo
+                        Cs = _dot(L, psi[c, 0, inr]) - vr * _dot(L, psi[c, 1, inr])
+                        if sc > khi:
+                            ib = sc - khi
+                            Cs += (_side_dot(psb[c, 0, ib], X, 0)
+                                   - vr * _side_dot(psb[c, 1, ib], X, 0))
                     if slot[mem[p - 1]] == sc:  # members of G in sc's box before p
                         for m in range(_P):
-                            tmp[m] = 0.0
-                        for m in range(_P):
                             Lj[m] = pre[0, p, m] - vr * pre[1, p, m]
-                        _matvec_add(tab[1, int(bid[sc] - bid[b]) + _D], Lj, tmp)
-                        Cs += _dot(L, tmp)
+                        dsc = int(bid[sc] - bid[b]) + _D
+                        if klo <= sc < khi:
+                            for m in range(_P):
+                                tmp[m] = 0.0
+                            _matvec_add(tab[1, dsc], Lj, tmp)
+                            Cs += _dot(L, tmp)
+                        else:  # their moments on sc's side, against the target's factors
+                            off = 0 if sc < klo else _M
+                            xo = _M - off
+                            Fw = far[1, dsc]
+                            for i in range(_M):
+                                acc = 0.0
+                                for m in range(_P):
+                                    acc += emat[off + i, m] * Lj[m]
+                                mq[i] = acc
+                            for i in range(_M):
+                                Cs += Fw[off + i] * mq[i] * X[xo + i]
                 tot += (A if not vneg else 0.0) - 2.0 * Cs
             bnd[r] = tot if vsep or vneg else tot + abs(vr) * rest
 
@@ -951,7 +1179,9 @@ def _abs_boxes(b0, b1, v, vo, bid, bstart, nlo, nhi, tab, lag, rows, tot, own, b
 def _abs_setup(x, gt, lag, rows):
     """Boxes with their partners within ``_D_ABS``, self terms of ``w`` and, where ``rows``
     is empty, the Lagrange values (in a new array, ``rows`` the identity)."""
-    z, lam, tab, sc, t, slot, bid, bstart, nlo, nhi, nb = _setup(x, gt)
+    z, lam, tab, sc, far, emat, t, slot, bid, bstart, ends, nb = _setup(x, gt)
+    nlo = ends[0]
+    nhi = ends[3]
     _partners(bid, nb, _D_ABS, nlo, nhi)
     n = x.shape[0]
     if rows.shape[0] == 0:

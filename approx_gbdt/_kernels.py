@@ -283,12 +283,14 @@ def _ap_bound_on_grid(x, jend, n, rel_jend, grid_mode):
     documents, 5 % and 45 % relevant, score spreads from all pairs in the window to a few):
     exact chain ~ 0.41 ns per window pair; grid bound ~ 50 ns per document + 60 ns per pair
     of partner boxes + at most 0.39 ns per window pair of relevant documents (less where
-    :func:`_ap_grid_bound` splits them), so that it errs towards the exact chain."""
+    :func:`_ap_grid_bound` splits them), so that it errs towards the exact chain (the more
+    so as it counts the far partner boxes, which take the grid's series, at the near ones'
+    cost)."""
     if grid_mode > 0:
         return True
-    pairs, box_pairs = _costs(x, jend, n)
+    pairs, near, far = _costs(x, jend, n)
     rel_pairs = window_pairs(rel_jend, rel_jend.shape[0])
-    return 0.41 * pairs > 50.0 * n + 60.0 * box_pairs + 0.39 * rel_pairs
+    return 0.41 * pairs > 50.0 * n + 60.0 * (near + far) + 0.39 * rel_pairs
 
 
 @njit(inline="always", cache=True)

@@ -70,6 +70,43 @@ def _dense(x, v, e):
     return out
 
 
+def test_far_series_reproduce_the_kernels():
+    # partner boxes more than _DN apart meet through the kernels' series (far tables and the
+    # nodes' exponentials): every kernel within a tenth of the interpolation's own eps_K
+    # (_EPS_K / 2) for targets and sources anywhere in their boxes, at every far offset
+    z, lam, _, _, far, E = G.grid_tables()
+    rng = np.random.default_rng(3)
+    tk = np.concatenate([rng.random(3000), [0.0, 1.0 - 1e-12, z[0]]])
+    tj = np.concatenate([rng.random(3000), [1.0 - 1e-12, 0.0, z[-1]]])
+
+    def lagrange(t):  # barycentric, in NumPy (a node takes its own value)
+        d = t[:, None] - z[None, :]
+        q = lam / np.where(d == 0.0, 1.0, d)
+        L = q / q.sum(1, keepdims=True)
+        on = (d == 0.0).any(1)
+        L[on] = (d[on] == 0.0).astype(float)
+        return L
+
+    src = lagrange(tj) @ E.T  # a source's e^(m t_j), then e^(-m t_j)
+    Lk = lagrange(tk)
+    tgt = np.concatenate([Lk @ E[G._M:].T, Lk @ E[:G._M].T], axis=1)  # the target's factors
+    worst = np.zeros(4)
+    offsets = [d for d in range(-G._D, G._D + 1) if abs(d) > G._DN]
+    assert offsets
+    for delta in offsets:
+        x = (tk - tj - delta) * G._H  # x_j - x_k for a source delta boxes further down
+        sig = 1.0 / (1.0 + np.exp(-x))
+        w = sig * (1.0 - sig)
+        exact = [sig, w, w * (1.0 - 2.0 * sig), w * w]
+        for k in range(4):
+            got = (far[k, delta + G._D][None, :] * src * tgt).sum(1)
+            if k == 0 and delta < 0:
+                got = got + 1.0  # sig's constant above, counted apart
+            worst[k] = max(worst[k], np.abs(got - exact[k]).max())
+    assert np.all(worst <= np.array(G._EPS_K) / 20), worst
+    assert np.all(far[:, G._D - G._DN:G._D + G._DN + 1] == 0.0)  # near offsets: the tables
+
+
 @pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "spread", "tail", "normal"])
 @pytest.mark.parametrize("par", [False, True])
 @pytest.mark.parametrize("vsign", ["negative", "positive"])
