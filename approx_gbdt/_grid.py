@@ -501,12 +501,15 @@ def _node_exps(z):
 
 @njit(cache=True, **_LEAF)
 def _moments(E, w, out):
-    """A box's far moments ``out = E w`` from its node weights ``w`` (:func:`_node_exps`)."""
+    """A box's far moments ``out = E w`` from its node weights ``w`` (:func:`_node_exps`), or
+    a target's far factors from its Lagrange values. The ``2 _M`` sums advance together, node
+    by node (independent additions: one sum after the other waits on each addition)."""
     for i in range(2 * _M):
-        acc = 0.0
-        for m in range(_P):
-            acc += E[i, m] * w[m]
-        out[i] = acc
+        out[i] = 0.0
+    for m in range(_P):
+        wm = w[m]
+        for i in range(2 * _M):
+            out[i] += E[i, m] * wm
 
 
 @njit(cache=True, **_LEAF)
@@ -521,11 +524,11 @@ def _far_add(F, w, off, out):
 def _far_nodes(E, phf, out):
     """Add a box's far series ``phf`` to its node values ``out``: the terms of the sources
     above meet ``e^(-m _H t)``, those below ``e^(m _H t)``, at every node."""
-    for m in range(_P):
-        acc = 0.0
-        for i in range(_M):
-            acc += phf[i] * E[_M + i, m] + phf[_M + i] * E[i, m]
-        out[m] += acc
+    for i in range(_M):
+        a = phf[i]
+        b = phf[_M + i]
+        for m in range(_P):
+            out[m] += a * E[_M + i, m] + b * E[i, m]
 
 
 @njit(cache=True, **_LEAF)
@@ -1034,10 +1037,10 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                             xo = _M - off
                             Fw = far[1, dsc]
                             for i in range(_M):
-                                acc = 0.0
-                                for m in range(_P):
-                                    acc += emat[off + i, m] * Lj[m]
-                                mq[i] = acc
+                                mq[i] = 0.0
+                            for m in range(_P):
+                                for i in range(_M):
+                                    mq[i] += emat[off + i, m] * Lj[m]
                             for i in range(_M):
                                 Cs += Fw[off + i] * mq[i] * X[xo + i]
                 tot += (A if not vneg else 0.0) - 2.0 * Cs
