@@ -31,16 +31,16 @@ Chebyshev nodes. For a pair of boxes at most ``D = ceil(T / _H)`` boxes apart,
 
 (``L`` the Lagrange polynomials of the box nodes ``y``), so a box's sources are summed into
 ``_P`` node weights, and node weights meet target nodes through a ``_P x _P`` kernel table per
-box offset for partner boxes at most ``_DN`` apart (near). Further apart (far: ``|x_j - x_k| >
-_DN _H``) each kernel is a power series in ``e^-|x_j - x_k|`` whose terms split into a factor
-of the source and one of the target (``_far_tables``): a box's ``_M`` moments per side (``E``
-times its node weights, ``E`` the exponentials at the nodes, ``_node_exps``) meet a target box
-through ``_M`` products per far partner, and go back to the target box's node values through
-``E``. Every target reads its box's node values: O(n _P + B (2 _DN + 1) _P^2 + B (2 D) _M) for
-B occupied boxes. Each document's ``_P`` Lagrange values are computed once and kept (``n x
-_P`` floats): the sources, the targets and the bound's in-box prefix sums below read them, and
-the chain step reads those of the positions step on the same scores (the caller passes them
-on).
+box offset for partner boxes at most ``_DN`` apart (near). Further apart (far: their documents
+more than ``_DN _H`` apart) each kernel is a power series in ``e^-|x_j - x_k|`` whose terms
+split into a factor of the source and one of the target (``_far_tables``): a box's ``_M``
+moments per side (``E`` times its node weights, ``E`` the exponentials at the nodes,
+``_node_exps``) meet a target box through ``_M`` products per far partner, and go back to the
+target box's node values through ``E``. Every target reads its box's node values: O(n _P + B
+(2 _DN + 1) _P^2 + B 2 (D - _DN) _M + B _M _P) for B occupied boxes. Each document's ``_P``
+Lagrange values are computed once and kept (``n x _P`` floats): the sources, the targets and
+the bound's in-box prefix sums below read them, and the chain step reads those of the
+positions step on the same scores (the caller passes them on).
 Pairs more than D boxes apart are saturated (``|x_j - x_k| >= T``) and are counted exactly as
 in ``_pairs``: 1 in the positions for each document above, nothing in the other sums.
 
@@ -54,7 +54,8 @@ therefore a prefix of the class (up to ``c(k, G)``), and
     A_kG = F_{v 1_G}[w](k) - v_k F_{1_G}[w](k),   C_kG = the same sum over the prefix only.
 
 ``C_kG`` uses the node values of the boxes before ``c``'s box (cumulative over the target
-box's partners) and, for ``c``'s own box, the node weights of the members before ``c``
+box's partners; the far ones' series, cumulative per side, where the prefix ends among them)
+and, for ``c``'s own box, the node weights of the members before ``c``
 (each member's sums over the members of its class and box before it, made once per query:
 ``_box_prefix``). ``c(k, G)`` only moves forward as ``k`` runs through one class in sorted
 order (``v_k`` non-decreasing), so one pointer per pair of classes finds it in O(n) steps in
@@ -87,7 +88,8 @@ above to straddling to below once. ApproxAP's ``v`` is close to monotone along t
 that few partners straddle (1.8-1.9 of 6-10 a document on lists of 10,000 after 50-100 LightGBM
 rounds): O(1) per target and partner box, O(_P) per target, O(_P^2) per pair of boxes and per
 target and straddling partner (partners within ``_D_ABS``), after the sort, and O(_P) memory per
-box. The classes cost O(_P^2 C) per pair of boxes, O(_P C) per document and the exact pairs
+box. The classes cost O(_P^2 C) per pair of near boxes (O(_M C) per far pair), O(_P C) per
+document and the exact pairs
 within a class: cheaper where many partners straddle a document's ``v`` (:func:`abs_cost` counts
 them).
 
@@ -99,11 +101,11 @@ a function analytic in the strip ``|Im z| < pi`` on an interval of width 1 conve
 cost of the box products and 1.25 times the work per document). That is at the float32 precision
 (6e-8) in which LightGBM and XGBoost keep the gradients and Hessians. So
 
-    |F_c(k) - F~_c(k)| <= eps_K sum_{j near k} |c_j|      (near: |x_j - x_k| < (D + 1) _H)
+    |F_c(k) - F~_c(k)| <= eps_K sum_{j in k's window} |c_j|    (|x_j - x_k| < (D + 1) _H)
 
-(on the far partners the series' first term left out is at most 3.5e-10 |c_j| and their
-exponentials' interpolation adds below 3e-10: ``_far_tables`` and ``_node_exps``, both within
-a tenth of every ``eps_K``)
+(on the far partners each kernel's error is within a tenth of its own ``eps_K``: the
+series' first term left out, at most 3.5e-10 |c_j| for sig'' and 1.4e-11 for sig, and their
+exponentials' interpolation, ``_far_tables`` and ``_node_exps``; tested)
 plus the window bound of ``_pairs`` for the saturated pairs. The outputs combine these sums:
 ``pos^`` (sig, c = 1), ``g``, ``gva`` and ``aw`` (w; c = v, va and 1, the last times ``|v_k|``
 or ``|va_k|``), ``aa`` (sig''), ``ab`` (w^2, c = e) and the bound (``A - 2 C`` or
@@ -132,7 +134,7 @@ _D = int(math.ceil(_T / _H))
 # (up to _D) through the kernels' series in e^-|z| (``_far_tables``), _M terms: every pair
 # there is more than _DN _H apart, so the first term left out is at most
 # (_M + 1)^2 e^-((_M + 1) _DN _H) = 3.5e-10 of |c_j| (sig''; sig 1.4e-11, w 6.9e-11, w^2
-# 2.8e-10), a hundredth of the interpolation's own (``eps_K`` below)
+# 2.8e-10), about a hundredth of the interpolation's own (``eps_K`` below)
 _DN = 5
 _M = 4
 assert 0 < _DN < _D
@@ -292,14 +294,14 @@ def _partner_work(x, n):
     bid = np.empty(n)
     cnt = np.empty(n, dtype=np.int64)
     nb = _box_ids(x[:n], bid, cnt)
-    ends = np.empty((4, nb), dtype=np.int64)
-    _partners(bid, nb, _DN, ends[0], ends[1])
-    _partners(bid, nb, _D, ends[2], ends[3])
+    ends = np.empty((4, nb), dtype=np.int64)  # rows as in _setup
+    _partners(bid, nb, _D, ends[0], ends[3])
+    _partners(bid, nb, _DN, ends[1], ends[2])
     near = 0
     every = 0
     for b in range(nb):
-        near += ends[1, b] - ends[0, b]
-        every += ends[3, b] - ends[2, b]
+        near += ends[2, b] - ends[1, b]
+        every += ends[3, b] - ends[0, b]
     return near, every - near
 
 
@@ -326,10 +328,13 @@ def use_grid(x, jend, n, grid_mode):
     """Whether to take the grid path for this sorted query: ``grid_mode`` 1 always, -1 never,
     0 where it is cheaper. The cost model, fitted on one thread (ApproxNDCG, 60,000 documents
     in queries of 600 to 4,000, N(0, sd) scores with sd from 0.02 to 10 at alpha 10: all
-    pairs in the window to a few; applied from ``GRID_MIN_N``): exact path ~ 0.13 us per
-    document + 1.0 ns per window pair; grid path ~ 0.17 us per document + 0.28 us per pair of
-    near partner boxes + 18 ns per pair of far ones (within 11 % of every measured time; the
-    choice took 1.004 times the faster path's time in total, the worst query 1.06 times)."""
+    pairs in the window to a few; applied from ``GRID_MIN_N``): exact path ~ 0.132 us per
+    document + 0.99 ns per window pair; grid path ~ 0.168 us per document + 0.28 us per pair
+    of near partner boxes + 18 ns per pair of far ones (within 11 % of every measured time).
+    In window pairs that is 36 per document, about 280 per near and 18 per far box pair; the model
+    takes 60 per document, erring towards the exact path, whose time does not depend on the
+    scores' spread (the choice took 1.004 times the faster path's time in total over the 32
+    settings with 36 and with 60, the worst setting 1.06 times)."""
     if grid_mode < 0 or n < 2:
         return False
     if grid_mode > 0:
@@ -490,7 +495,7 @@ def _node_exps(z):
     values), and a target's factors ``e^(-+m _H t_k)`` are read back through the node values
     the same way. The interpolation's relative error on [0, 1] is at most 1.2e-9, 4.8e-7,
     2.0e-5 and 3.3e-4 for m = 1..4, on series terms of at most ``m^2 e^(-m _DN _H)`` (6.7e-3,
-    1.8e-4, 2.8e-6, 3.3e-8): below 3e-10 in all, with the source's and the target's."""
+    1.8e-4, 2.8e-6, 3.3e-8): about 3e-10 in all, with the source's and the target's."""
     E = np.empty((2 * _M, _P))
     for i in range(_M):
         for m in range(_P):
@@ -565,7 +570,7 @@ def _pos_boxes(b0, b1, bid, bstart, ends, tab, far, emat, src, mom, lag, own, po
             for s in range(ends[2, b], ends[3, b]):  # far below
                 _far_add(far[0, int(bid[s] - bid[b]) + _D], mom[s], _M, phf)
             _far_nodes(emat, phf, phi)
-        base = 1.0 + bstart[ends[1, b]]  # sig's constant 1 of every document above the near
+        base = 1.0 + bstart[ends[1, b]]  # sig's 1 for every document above the near boxes
         for r in range(bstart[b], bstart[b + 1]):
             pos[r] = base + _dot(lag[r], phi) - own[r]
 

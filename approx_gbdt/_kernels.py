@@ -945,9 +945,9 @@ def _pool():
 
 @functools.cache
 def _grid_tables():
-    """The grid's nodes, kernel tables and self terms' coefficients, made on first use and
-    kept for the process (by the compiled ``grid_tables``: the same values as when every call
-    made its own); read-only."""
+    """The grid's nodes, kernel tables, self terms' coefficients and far series' tables, made
+    on first use and kept for the process (by the compiled ``grid_tables``: the same values as
+    when every call made its own); read-only."""
     return grid_tables()
 
 

@@ -1,9 +1,10 @@
 """The grid path of long queries (``_grid``) against the exact kernels.
 
-Two checks:
+Three checks:
 
+- the far partner boxes' series (``_far_tables``, ``_node_exps``) against the kernels;
 - the kernel sums of ``_grid`` against dense NumPy sums, per document, within the stated bound
-  ``|err_k| <= eps_K sum_{j near k} |c_j| + (n - 1) e^-T * scale`` (``_grid`` module notes);
+  ``|err_k| <= eps_K sum_{j in k's window} |c_j| + (n - 1) e^-T * scale`` (``_grid`` module notes);
 - the objectives with the grid forced (``_grid_mode = 1``) against the exact O(n^2) reference
   loops, within the target ``1e-6 * max_k |exact_k|`` (max-norm relative over the query), on
   adversarial queries: all scores equal, two far-apart clusters, heavy ties, huge spreads, a
@@ -39,6 +40,8 @@ def _sorted_x(kind, n, rng):
         x = rng.normal(size=n) * 1e4
     elif kind == "tail":
         x = np.concatenate([rng.normal(size=n // 2) * 0.3, -rng.exponential(200.0, n - n // 2)])
+    elif kind == "far_clusters":  # 12 boxes apart: every pair of two clusters takes the series
+        x = -12.0 * rng.integers(0, 3, n) + rng.normal(size=n) * 1.5
     else:
         x = rng.normal(size=n) * 8.0
     x = np.sort(x)[::-1]
@@ -56,16 +59,16 @@ def _dense(x, v, e):
     k2 = wf * (1.0 - 2.0 * sig)
     dv = v[None, :] - v[:, None]
     off = 1.0 - np.eye(x.size)
-    near = np.abs(d) < (G._D + 1) * G._H
-    av = near * (np.abs(v)[None, :] + np.abs(v)[:, None])
+    win = np.abs(d) < (G._D + 1) * G._H  # the window's pairs
+    av = win * (np.abs(v)[None, :] + np.abs(v)[:, None])
     ek = G._EPS_K
     out = {
-        "pos": (1.0 + (sig * off).sum(1), ek[0] * near.sum(1)),
+        "pos": (1.0 + (sig * off).sum(1), ek[0] * win.sum(1)),
         "g": ((w * dv).sum(1), ek[1] * av.sum(1)),
         "bnd": ((w * np.abs(dv)).sum(1), 3 * ek[1] * av.sum(1)),
         "aa": ((k2 * dv).sum(1), ek[2] * av.sum(1)),
-        "ab": ((w * w * e[None, :]).sum(1), ek[3] * (near * np.abs(e)[None, :]).sum(1)),
-        "aw": (w.sum(1), ek[1] * near.sum(1)),
+        "ab": ((w * w * e[None, :]).sum(1), ek[3] * (win * np.abs(e)[None, :]).sum(1)),
+        "aw": (w.sum(1), ek[1] * win.sum(1)),
     }
     return out
 
@@ -107,7 +110,8 @@ def test_far_series_reproduce_the_kernels():
     assert np.all(far[:, G._D - G._DN:G._D + G._DN + 1] == 0.0)  # near offsets: the tables
 
 
-@pytest.mark.parametrize("kind", ["equal", "clusters", "ties", "spread", "tail", "normal"])
+@pytest.mark.parametrize(
+    "kind", ["equal", "clusters", "ties", "spread", "tail", "normal", "far_clusters"])
 @pytest.mark.parametrize("par", [False, True])
 @pytest.mark.parametrize("vsign", ["negative", "positive"])
 def test_grid_sums_within_stated_bound(kind, par, vsign):
@@ -243,8 +247,8 @@ def test_grid_bound_over_v_separated_classes(kind, par):
     w = sig * (1.0 - sig)
     other = cls[None, :] != cls[:, None]
     exact = (w * other * np.abs(v[None, :] - v[:, None])).sum(1)
-    near = np.abs(d) < (G._D + 1) * G._H
-    bound = 3 * G._EPS_K[1] * (near * (np.abs(v)[None, :] + np.abs(v)[:, None])).sum(1)
+    win = np.abs(d) < (G._D + 1) * G._H  # the window's pairs
+    bound = 3 * G._EPS_K[1] * (win * (np.abs(v)[None, :] + np.abs(v)[:, None])).sum(1)
     bound += (n - 1) * ET * 2.0 * np.abs(v).max()
     out = [np.empty(n) for _ in range(5)]
     args = (x, v, e, x[:0], *out, x[:0], cls, G._CMAX, True, False, 0.0, G.grid_tables())
