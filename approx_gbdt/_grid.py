@@ -851,7 +851,7 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
     Lj = np.empty(_P)
     tmp = np.empty(_P)
     X = np.zeros(2 * _M)  # a target's far factors, made where its class sums read them
-    mq = np.empty(_M)
+    mq = np.empty(2 * _M)  # far moments of a partial far box's members
     # rows: w of 1 and v, sig'' of 1 and v, w^2 of e, w of va; node values and far series
     ph = np.empty((6, _P))
     pf = np.empty((6, 2 * _M))
@@ -1041,13 +1041,9 @@ def _chain_boxes(b0, b1, v, ee, va, g, bnd, aa, ab, aw, gva, cls, C, need_bound,
                             off = 0 if sc < klo else _M
                             xo = _M - off
                             Fw = far[1, dsc]
+                            _moments(emat, Lj, mq)
                             for i in range(_M):
-                                mq[i] = 0.0
-                            for m in range(_P):
-                                for i in range(_M):
-                                    mq[i] += emat[off + i, m] * Lj[m]
-                            for i in range(_M):
-                                Cs += Fw[off + i] * mq[i] * X[xo + i]
+                                Cs += Fw[off + i] * mq[off + i] * X[xo + i]
                 tot += (A if not vneg else 0.0) - 2.0 * Cs
             bnd[r] = tot if vsep or vneg else tot + abs(vr) * rest
 
