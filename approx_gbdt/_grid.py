@@ -154,16 +154,10 @@ _GRID_PER_NEAR = 280
 _GRID_PER_FAR = 18
 
 
-@njit(cache=True, **_STEP)
 def _nodes():
     """Chebyshev nodes of the first kind on [0, 1] and their barycentric weights."""
-    z = np.empty(_P)
-    lam = np.empty(_P)
-    for i in range(_P):
-        a = (2 * i + 1) * math.pi / (2 * _P)
-        z[i] = 0.5 * (1.0 - math.cos(a))
-        lam[i] = (-1.0) ** i * math.sin(a)
-    return z, lam
+    a = (2 * np.arange(_P) + 1) * math.pi / (2 * _P)
+    return 0.5 * (1.0 - np.cos(a)), (-1.0) ** np.arange(_P) * np.sin(a)
 
 
 @njit(inline="always", cache=True)
@@ -190,24 +184,20 @@ def _lagrange(t, z, lam, out):
         out[i] *= f
 
 
-@njit(cache=True, **_STEP)
 def _tables(z):
     """Kernel tables ``K[kernel, D + delta, m, l] = K((z_m - z_l - delta) _H)`` for target node
-    ``m`` and source node ``l`` ``delta`` boxes further down: sig, w, sig'' and w^2."""
+    ``m`` and source node ``l`` ``delta`` boxes further down: sig, w, sig'' and w^2 (by the
+    kernels' own ``_sig_pair``, run as Python: made once per process)."""
     tab = np.empty((4, 2 * _D + 1, _P, _P))
     for di in range(2 * _D + 1):
         delta = di - _D
         for m in range(_P):
             for i in range(_P):
-                sg, sc, w = _sig_pair((z[m] - z[i] - delta) * _H)
-                tab[0, di, m, i] = sg
-                tab[1, di, m, i] = w
-                tab[2, di, m, i] = w * (sc - sg)
-                tab[3, di, m, i] = w * w
+                sg, sc, w = _sig_pair.py_func((z[m] - z[i] - delta) * _H)
+                tab[:, di, m, i] = sg, w, w * (sc - sg), w * w
     return tab
 
 
-@njit(cache=True, **_STEP)
 def _far_tables():
     """Series of the four kernels for partner boxes more than ``_DN`` apart:
     ``F[kernel, D + delta, i]`` for a source box ``delta`` boxes further down. With
@@ -400,38 +390,18 @@ def _matvec_add(K, w, out):
         out[m + 3] += a3
 
 
-@njit(cache=True, **_LEAF)
-def _quad(L, K):
-    """``L^T K L``: the grid's own value of a document's self term."""
-    acc = 0.0
-    for m in range(0, _P, 4):
-        r0, r1, r2, r3 = _rows4(K, L, m)
-        acc += L[m] * r0
-        acc += L[m + 1] * r1
-        acc += L[m + 2] * r2
-        acc += L[m + 3] * r3
-    return acc
-
-
-@njit(cache=True, **_STEP)
 def _self_coefs(z, lam, tab):
     """Chebyshev coefficients (on ``tau = 2 t - 1``) of the grid's own value of a document's
     self term, ``q_k(t) = L(t)^T K_k L(t)`` with ``K_k = tab[k, D]``, for the four kernels:
     a polynomial of degree ``2 _P - 2`` in the local coordinate ``t``, so that its values at
     ``_Q`` Chebyshev points give it exactly (up to rounding)."""
-    c = np.zeros((4, _Q))
-    L = np.empty(_P)
-    vals = np.empty(_Q)
-    for k in range(4):
-        for i in range(_Q):
-            tau = math.cos((2 * i + 1) * math.pi / (2 * _Q))
-            _lagrange(0.5 * (1.0 + tau), z, lam, L)
-            vals[i] = _quad(L, tab[k, _D])
-        for j in range(_Q):
-            acc = 0.0
-            for i in range(_Q):
-                acc += vals[i] * math.cos(j * (2 * i + 1) * math.pi / (2 * _Q))
-            c[k, j] = acc * ((1.0 if j == 0 else 2.0) / _Q)
+    theta = (2 * np.arange(_Q) + 1) * math.pi / (2 * _Q)
+    L = np.empty((_Q, _P))
+    for i in range(_Q):
+        _lagrange.py_func(0.5 * (1.0 + math.cos(theta[i])), z, lam, L[i])
+    vals = np.einsum("im,kml,il->ki", L, tab[:, _D], L)  # q_k at the points
+    c = vals @ np.cos(np.outer(theta, np.arange(_Q))) * (2.0 / _Q)
+    c[:, 0] /= 2.0
     return c
 
 
@@ -458,13 +428,12 @@ def _dot(a, b):
     return acc
 
 
-@njit(cache=True, **_ENTRY)
 def grid_tables():
     """``(z, lam, tab, sc, far, emat)``: the Chebyshev nodes with their barycentric weights,
     the kernel tables, the self terms' coefficients, the far series' tables and their
-    exponentials at the nodes, constants of the grid that the kernels compute once per
-    process and pass to every call (``grid_positions_*``, ``grid_chain_*``,
-    ``grid_abs_*``)."""
+    exponentials at the nodes: constants of the grid, made once per process (in NumPy and
+    Python: 5 ms; compiled, they would add about 1.6 s to a first call) and passed to every call
+    (``grid_positions_*``, ``grid_chain_*``, ``grid_abs_*``)."""
     z, lam = _nodes()
     tab = _tables(z)
     return z, lam, tab, _self_coefs(z, lam, tab), _far_tables(), _node_exps(z)
@@ -487,7 +456,6 @@ def _setup(x, gt):
     return z, lam, tab, sc, far, emat, t, slot, bid, bstart, ends, nb
 
 
-@njit(cache=True, **_STEP)
 def _node_exps(z):
     """``E[i, l] = e^((i + 1) _H z_l)`` for i < _M and ``e^(-(i - _M + 1) _H z_l)`` for the
     others: the far series' exponentials at the nodes. A box's far moments are ``E`` times its
