@@ -25,7 +25,7 @@ def measure_objective(name, *, alpha, beta, k, threshold):
     """The registered objective ``name`` with those of the given options it has (None: keep
     the ready-made instance's)."""
     ready = MEASURES[name].instance
-    params = ready.get_params()
+    params = ready.get_options()
     given = {"alpha": alpha, "beta": beta, "k": k, "threshold": threshold}
     changes = {key: value for key, value in given.items()
                if key in params and value is not None}

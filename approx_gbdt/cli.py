@@ -213,7 +213,7 @@ def _approx_objective(name, **given):
     given = {key: value for key, value in given.items() if value is not None}
     if not given:
         return ready
-    params = ready.get_params()
+    params = ready.get_options()
     for key in given:
         if key not in params:
             raise _usage(f"--{key} does not apply to {name}")

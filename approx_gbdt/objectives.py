@@ -481,32 +481,20 @@ class _ApproxObjective:
                                      kind, k, beta, theta, pos)
 
     # -- parameters -------------------------------------------------------------------------------
-    def get_params(self, deep=True) -> dict:
+    def get_options(self) -> dict:
         """The constructor's keyword options and their values.
 
-        ``deep`` is accepted for scikit-learn (``clone``, ``GridSearchCV``); an objective
-        holds no nested estimators.
+        An objective is not a scikit-learn estimator: it has no ``get_params``, so that
+        ``LGBMRanker(objective=...)``, whose ``fit`` passes every nested ``objective__*``
+        parameter on to LightGBM, sees none. :class:`ApproxXGBRanker` exposes the options as
+        ``objective__<option>`` for searches; a LightGBM search lists objectives instead.
 
         Examples
         --------
-        >>> ApproxNDCG(k=5).get_params()["k"]
+        >>> ApproxNDCG(k=5).get_options()["k"]
         5
         """
         return {name: getattr(self, name) for name in _option_names(type(self))}
-
-    def set_params(self, **changes):
-        """Change options in place and return ``self`` (scikit-learn's protocol).
-
-        This is what ``GridSearchCV(LGBMRanker(objective=ApproxNDCG()),
-        {"objective__alpha": [5, 20]})`` calls on its clones of the objective. The options
-        are checked as by the constructor and the prepared datasets are released. Changing a
-        ready-made instance (``approx_ndcg_obj``) this way changes it for the whole process:
-        prefer :meth:`replace`.
-        """
-        new = self.replace(**changes)
-        self.__dict__.update(new.__dict__)
-        _HOLDERS.discard(self)
-        return self
 
     def replace(self, **changes):
         """A new objective of the same class with some options changed (the others kept).
@@ -523,7 +511,7 @@ class _ApproxObjective:
                 f"{type(self).__name__} has no option {', '.join(map(repr, unknown))}; "
                 f"its options are {', '.join(names)}"
             )
-        return type(self)(**{**self.get_params(), **changes})
+        return type(self)(**{**self.get_options(), **changes})
 
     def _mode(self, hessian):
         hessian = self.hessian if hessian is None else hessian

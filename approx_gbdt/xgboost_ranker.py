@@ -69,8 +69,9 @@ class ApproxXGBRanker(BaseEstimator):
     learning_rate, max_depth, min_child_weight, reg_lambda, subsample, colsample_bytree,
     tree_method, max_bin, random_state, n_jobs
         XGBoost's parameters of the same meaning (``eta``, ``lambda``, ``seed``,
-        ``nthread``), with XGBoost's defaults. ``min_child_weight=1`` and ``0.01`` rank
-        within noise of each other on generated data and MQ2008
+        ``nthread``), with XGBoost's defaults but ``learning_rate`` (XGBoost's is 0.3).
+        ``min_child_weight=1`` and ``0.01`` rank within noise of each other on generated data
+        and MQ2008
         (``benchmarks/results/min_child_weight``).
     eval_at : sequence of int, default (10,)
         Cut-offs of XGBoost's ``ndcg@k`` metric on ``eval_set``; early stopping watches the
@@ -141,6 +142,31 @@ class ApproxXGBRanker(BaseEstimator):
         self.n_jobs = n_jobs
         self.importance_type = importance_type
         self.xgb_params = xgb_params
+
+    def get_params(self, deep=True):
+        """The estimator's parameters; with ``deep``, also the objective's options as
+        ``objective__<option>`` (for ``GridSearchCV``), when it has them (``get_options``)."""
+        params = super().get_params(deep=False)
+        options = getattr(self.objective, "get_options", None)
+        if deep and callable(options) and not isinstance(self.objective, type):
+            params.update({f"objective__{k}": v for k, v in options().items()})
+        return params
+
+    def set_params(self, **params):
+        """Set parameters; ``objective__<option>`` replaces the objective by a copy with
+        those options changed (``objective.replace``), so that the instance passed in (the
+        shared :data:`approx_ndcg_obj` by default) is never changed."""
+        nested = {key.partition("__")[2]: params.pop(key)
+                  for key in [k for k in params if k.startswith("objective__")]}
+        super().set_params(**params)
+        if nested:
+            if not callable(getattr(self.objective, "replace", None)):
+                raise ValueError(
+                    f"objective {self.objective!r} has no options to set "
+                    f"({', '.join('objective__' + k for k in nested)})"
+                )
+            self.objective = self.objective.replace(**nested)
+        return self
 
     def _params(self):
         if not callable(self.objective):

@@ -395,7 +395,7 @@ def _default_objective(name):
 
 
 def _objective_params(name) -> list[str]:
-    return list(_default_objective(name).get_params())
+    return list(_default_objective(name).get_options())
 
 
 # Objective options of the benchmark only (screening ideas, not package options).

@@ -226,21 +226,21 @@ def _ll_query(sq, yq, gains, iz, gq, hq, alpha, ll_alpha, smooth, mu):
 
 class _PairObjective:
     """Common host glue: ``grad_hess(scores, labels, group_ptr)`` and the LightGBM / XGBoost
-    call ``f(preds, dataset)``; options as keyword arguments (``get_params``, ``replace``)."""
+    call ``f(preds, dataset)``; options as keyword arguments (``get_options``, ``replace``)."""
 
     _options: tuple = ()
 
-    def get_params(self, deep=True) -> dict:
+    def get_options(self) -> dict:
         return {k: getattr(self, k) for k in self._options}
 
     def replace(self, **changes):
         unknown = sorted(set(changes) - set(self._options))
         if unknown:
             raise TypeError(f"{type(self).__name__} has no option {', '.join(unknown)}")
-        return type(self)(**{**self.get_params(), **changes})
+        return type(self)(**{**self.get_options(), **changes})
 
     def __repr__(self):
-        opts = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.get_options().items())
         return f"{type(self).__name__}({opts})"
 
     def __call__(self, preds, data, weight=None, group=None):

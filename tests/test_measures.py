@@ -150,7 +150,7 @@ def test_sharp_limit_is_the_exact_measure(name, sizes):
     if info.exact is None:
         pytest.skip(f"{name}: approx_gbdt.metrics has no exact counterpart")
     obj = parse_objective(name, alpha=1e3)
-    if "beta" in obj.get_params():
+    if "beta" in obj.get_options():
         obj = obj.replace(beta=1e3)
     rng = np.random.default_rng(4)
     ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -210,11 +210,11 @@ def test_parse_objective_and_parameters(name):
     assert type(obj) is info.objective
     if "@" in name:
         assert obj.k == CUTOFF
-    assert type(obj.replace()) is type(obj) and obj.replace().get_params() == obj.get_params()
+    assert type(obj.replace()) is type(obj) and obj.replace().get_options() == obj.get_options()
     changed = obj.replace(alpha=2.5)
     assert changed.alpha == 2.5 and obj.alpha != 2.5
-    assert {k: v for k, v in changed.get_params().items() if k != "alpha"} == {
-        k: v for k, v in obj.get_params().items() if k != "alpha"}
+    assert {k: v for k, v in changed.get_options().items() if k != "alpha"} == {
+        k: v for k, v in obj.get_options().items() if k != "alpha"}
     with pytest.raises(TypeError, match="no option"):
         obj.replace(not_an_option=1)
     assert getattr(approx_gbdt, info.objective.__name__) is info.objective

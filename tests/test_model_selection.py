@@ -135,11 +135,11 @@ def test_xgb_ranker_eval_set_weights(data):
 def test_objectives_clone_and_take_nested_parameters(data):
     """sklearn.clone copies the objective (its options, not its prepared datasets), and a
     search can tune the objective's options through ApproxXGBRanker (objective__alpha)."""
-    from approx_gbdt import MEASURES, ApproxNDCG, SoftNDCG
+    from approx_gbdt import MEASURES, SoftNDCG
 
     for obj in [info.instance for info in MEASURES.values()] + [SoftNDCG(k=3)]:
         copy = clone(lgb.LGBMRanker(objective=obj)).objective
-        assert copy is not obj and copy.get_params() == obj.get_params()
+        assert copy is not obj and copy.get_options() == obj.get_options()
     X, y, qid = data
     ranker = ApproxXGBRanker(n_estimators=5, min_child_weight=0.01, n_jobs=1)
     assert ranker.objective is approx_ndcg_obj
@@ -148,8 +148,25 @@ def test_objectives_clone_and_take_nested_parameters(data):
     assert search.best_estimator_.objective.alpha == search.best_params_["objective__alpha"]
     # the search changed clones only, never the ready-made instance
     assert ranker.objective is approx_ndcg_obj and approx_ndcg_obj.alpha == 10.0
+    # set_params on the ranker replaces its objective by a copy, never changes the one given
+    assert ranker.set_params(objective__alpha=3.0).objective.alpha == 3.0
+    assert approx_ndcg_obj.alpha == 10.0 and ranker.get_params()["objective__alpha"] == 3.0
     with pytest.raises(TypeError, match="has no option 'alhpa'"):
-        ApproxNDCG().set_params(alhpa=2.0)
+        ranker.set_params(objective__alhpa=2.0)
+
+
+def test_lgbm_ranker_passes_no_objective_options_to_lightgbm(data, capsys):
+    """LGBMRanker.fit hands every parameter of its (deep) get_params to LightGBM: the
+    objectives are not estimators, so that no ``objective__*`` key reaches it."""
+    from approx_gbdt import ApproxAP
+
+    X, y, qid = data
+    sizes = np.unique(qid, return_counts=True)[1]
+    for obj in (approx_ndcg_obj, ApproxAP(alpha=5.0)):
+        ranker = lgb.LGBMRanker(objective=obj, n_estimators=2, min_child_samples=1)
+        assert not [key for key in ranker.get_params() if key.startswith("objective__")]
+        ranker.fit(X, y, group=sizes)
+    assert "Unknown parameter" not in capsys.readouterr().out
 
 
 def test_lgbm_ranker_search_over_objectives(data):

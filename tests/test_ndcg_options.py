@@ -336,7 +336,7 @@ def test_lambdaloss_gives_zeros_without_pairs_and_keeps_its_settings():
     g, h = ApproxNDCG(lambdaloss=1.0).grad_hess(s, y, ptr)
     assert not g.any() and not h.any()
     obj = ApproxNDCG(lambdaloss=0.5)
-    assert obj.get_params()["lambdaloss"] == 0.5
+    assert obj.get_options()["lambdaloss"] == 0.5
     assert "lambdaloss=0.5" in repr(obj)
     assert obj.replace(alpha=5.0).lambdaloss == 0.5
 
@@ -356,7 +356,7 @@ def test_lambdaloss_objective_pickles_and_trains():
 
     obj = ApproxNDCG(lambdaloss=0.5, lambdaloss_window=5)
     back = pickle.loads(pickle.dumps(obj))
-    assert back.get_params() == obj.get_params()
+    assert back.get_options() == obj.get_options()
     d = make_ranking_splits((60, 20, 20), seed=6)
     tr, te = d["train"], d["test"]
     ds = lgb.Dataset(tr.X, tr.y, group=np.diff(tr.group_ptr))

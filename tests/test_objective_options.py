@@ -231,19 +231,19 @@ def test_hessian_scale_leaves_an_exact_instance_exact():
     assert np.any(exact < 0)
 
 
-def test_hessian_scale_survives_pickle_and_set_params():
+def test_hessian_scale_survives_pickle_and_replace():
     import pickle
 
     obj = ApproxAP(hessian_scale=0.25)
     assert pickle.loads(pickle.dumps(obj)).hessian_scale == 0.25
-    assert obj.set_params(hessian_scale=2.0) is obj and obj.hessian_scale == 2.0
+    assert obj.replace(hessian_scale=2.0).hessian_scale == 2.0 and obj.hessian_scale == 0.25
     with pytest.raises(ValueError, match="hessian_scale"):
-        obj.set_params(hessian_scale=0.0)
+        obj.replace(hessian_scale=0.0)
 
 
 def test_hessian_scale_in_repr_and_params():
     obj = ApproxNDCG(hessian_scale=0.5)
-    assert "hessian_scale=0.5" in repr(obj) and obj.get_params()["hessian_scale"] == 0.5
+    assert "hessian_scale=0.5" in repr(obj) and obj.get_options()["hessian_scale"] == 0.5
     assert "hessian_scale" not in repr(ApproxNDCG(hessian_scale=1))
     assert parse_objective("approx_ap", hessian_scale=0.5).hessian_scale == 0.5
 
