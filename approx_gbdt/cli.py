@@ -435,7 +435,7 @@ def _warn(message):
 
 
 def _check_training_data(data, path, objective):
-    """Refuse training data on which every gradient is 0 (nothing to rank)."""
+    """Refuse training data on which every ranking scores the same (nothing to rank)."""
     sizes = np.diff(data.group_ptr)
     starts = data.group_ptr[:-1]
     top = np.maximum.reduceat(data.y, starts)
@@ -449,7 +449,8 @@ def _check_training_data(data, path, objective):
         what = f"a relevant (label >= {threshold:g}) and a non-relevant document"
     if not useful.any():
         raise CLIError(
-            f"{path}: no query has {what}, so there is nothing to rank (every gradient is 0)"
+            f"{path}: no query has {what}, so there is nothing to rank (every ranking scores "
+            "the same)"
         )
 
 

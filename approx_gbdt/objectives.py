@@ -325,6 +325,7 @@ class _ApproxObjective:
             self._cache.insert(0, prep)
             del self._cache[_CACHE_SIZE:]
             _HOLDERS.add(self)
+            warn_if_nothing_to_learn(self, prep)
         return prep
 
     def clear_cache(self):
@@ -552,6 +553,37 @@ def separable_arrays(gains, inv_z, group_ptr):
             "n_active": n_active}
 
 
+def warn_if_nothing_to_learn(obj, prep):
+    """Warn, once per training dataset (host calls), when no query holds two documents of
+    different relevance to the measure (for the measures of binary relevance, a relevant and
+    a non-relevant one, else every gradient is 0): every ranking then scores the same, and
+    there is nothing to learn."""
+    sizes = np.diff(prep.group_ptr)
+    starts = prep.group_ptr[:-1][sizes > 0]
+    relevance = obj._relevance(prep)
+    if relevance.shape[0] == 0:
+        return
+    spread = np.maximum.reduceat(relevance, starts) > np.minimum.reduceat(relevance, starts)
+    inv_z = prep.arrays.get("inv_z")
+    if inv_z is not None:
+        spread &= inv_z[sizes > 0] > 0
+    if spread.any():
+        return
+    threshold = getattr(obj, "threshold", None)
+    what = ("two documents of different labels" if threshold is None else
+            f"a relevant (label >= {threshold:g}) and a non-relevant document")
+    y = prep.labels
+    warnings.warn(
+        f"{type(obj).__name__}: no query of these {sizes.shape[0]} has {what} (labels "
+        f"{y.min():g} to {y.max():g}): every ranking scores the same, so there is nothing "
+        "to learn"
+        + ("" if threshold is None else
+           f"; set threshold= to the labels' scale, e.g. {type(obj).__name__}(threshold=...)"),
+        RuntimeWarning,
+        stacklevel=5,
+    )
+
+
 def warn_if_truncated_away(obj, prep, grad, weights):
     """Warn when a truncated measure (``k``) gives no gradient although some query could."""
     if prep.arrays["n_active"] and not grad.any() and (weights.size == 0 or weights.any()):
@@ -576,6 +608,9 @@ def misordered_queries(scores, relevance, group_ptr):
     return int(np.unique(q[1:][bad]).size)
 
 
+_SATURATED = 1e-10  # warn_if_saturated: a gradient this small counts as none
+
+
 def warn_if_saturated(obj, scores, prep, grad, weights):
     """Warn when no document has a gradient although some query is misordered.
 
@@ -583,8 +618,14 @@ def warn_if_saturated(obj, scores, prep, grad, weights):
     large (the kernels count a pair as saturated once that product exceeds a few tens): the
     documents then sit at their exact positions and boosting cannot move them, even where a
     less relevant document is ranked first. A truncated measure (``k``) has its own warning.
+    "No gradient" is every ``|g|`` at most ``_SATURATED`` times the largest weight (1 without
+    weights): a misordered pair whose ``alpha`` times score gap exceeds about 23 has a force
+    below that, e.g. 5e-14 at 30, which no tree learns from.
     """
-    if grad.any() or getattr(obj, "_k", 0) or (weights.size and not weights.any()):
+    if getattr(obj, "_k", 0) or (weights.size and not weights.any()):
+        return
+    scale = float(np.abs(weights).max()) if weights.size else 1.0
+    if grad.size == 0 or float(np.abs(grad).max()) > _SATURATED * scale:
         return
     a = prep.arrays
     relevance = obj._relevance(prep)

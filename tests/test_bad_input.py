@@ -60,6 +60,37 @@ def test_saturation_warning_through_lightgbm():
                   data, num_boost_round=1)
 
 
+@pytest.mark.parametrize("obj", SATURATING, ids=lambda o: type(o).__name__)
+def test_nearly_saturated_misordered_scores_warn(obj):
+    """alpha times the misordered gaps 30 (not 1e9): the gradients are about 1e-13, not
+    exactly 0, and no tree learns from them; the warning counts them as none."""
+    scores = np.array([6.0, 3.0, 0.0, 5.0, 2.0])
+    labels = np.array([0.0, 1.0, 2.0, 1.0, 0.0])
+    with pytest.warns(RuntimeWarning, match="no gradient at these scores although 1 of 2"):
+        grad, _ = obj.grad_hess(scores, labels, [0, 3, 5])
+    assert 0 < np.abs(grad).max() < 1e-10
+
+
+@pytest.mark.parametrize("obj", [ApproxAP(), approx_mrr_obj, approx_ndcg_obj],
+                         ids=lambda o: type(o).__name__)
+def test_training_data_with_nothing_to_learn_warns(obj):
+    """Fractional labels below ApproxAP's threshold of 1 (every document non-relevant), or one
+    label everywhere: no query has anything to rank. lgb.train says so once per dataset."""
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 3))
+    y = np.full(40, 1.0) if obj is approx_ndcg_obj else rng.integers(0, 5, 40) / 5.0
+    data = lgb.Dataset(X, y, group=[4] * 10)
+    with pytest.warns(RuntimeWarning, match="no query of these 10 has .* nothing to learn"):
+        lgb.train({"objective": obj, "verbosity": -1, "min_data_in_leaf": 1}, data,
+                  num_boost_round=2)
+    # the same objective on data with something to rank stays quiet
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lgb.train({"objective": obj, "verbosity": -1, "min_data_in_leaf": 1},
+                  lgb.Dataset(X, np.tile([0.0, 1.0, 2.0, 0.0], 10), group=[4] * 10),
+                  num_boost_round=2)
+
+
 def test_ndcg_refuses_labels_too_large_for_the_gain():
     # 2^2000 overflows: before, NDCG was NaN and mean_over_queries dropped the query silently.
     with pytest.raises(ValueError, match="label 2000 is too large.*at most 1000"):
