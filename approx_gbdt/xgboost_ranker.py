@@ -30,8 +30,28 @@ def _query_layout(n_rows, group, qid, what):
     return order, group_sizes_from_ptr(ptr)
 
 
-def _dmatrix(X, y, group, qid, weight, what):
+def _feature_names(X):
+    """A DataFrame's column names as strings (XGBoost's feature names), else None."""
+    columns = getattr(X, "columns", None)
+    return None if columns is None else [str(c) for c in columns]
+
+
+def _check_names(X, names, what):
+    """Refuse a DataFrame whose columns are not the fit's ``names`` (in the fit's order)."""
+    given = _feature_names(X)
+    if names is not None and given is not None and given != list(names):
+        raise ValueError(
+            f"{what}: the columns {given} are not the fit's feature names {list(names)} "
+            "(same names in the same order)"
+        )
+
+
+def _dmatrix(X, y, group, qid, weight, what, names=None):
+    _check_names(X, names, what)
+    names = _feature_names(X) or names
     X = np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
+    if names is not None and X.ndim == 2 and X.shape[1] != len(names):
+        raise ValueError(f"{what}: X has {X.shape[1]} columns; the fit had {len(names)}")
     if X.ndim != 2:
         raise ValueError(f"{what}: X must be 2-D, got shape {X.shape}")
     y = np.asarray(y, dtype=np.float64).ravel()
@@ -43,7 +63,7 @@ def _dmatrix(X, y, group, qid, weight, what):
     order, sizes = _query_layout(X.shape[0], group, qid, what)
     if order is not None:
         X, y = X[order], y[order]
-    d = xgb.DMatrix(X, label=y)
+    d = xgb.DMatrix(X, label=y, feature_names=names)
     d.set_group(sizes)
     if weight is not None:
         w = np.asarray(weight, dtype=np.float64).ravel()
@@ -96,12 +116,18 @@ class ApproxXGBRanker(BaseEstimator):
     feature_importances_ : numpy.ndarray of shape (n_features,)
         ``importance_type`` per feature, normalised to sum to 1 (as ``XGBRanker``).
     n_features_in_ : int
+    feature_names_in_ : numpy.ndarray of str
+        The column names, when fitted on a DataFrame (or loaded from a booster with names).
 
     Notes
     -----
     Sample weights are per query (XGBoost's convention for ranking), in training
-    (``sample_weight``) and evaluation (``sample_weight_eval_set``). ``qid`` need not be
-    sorted: rows are sorted stably by query id for training. Predictions use the best round
+    (``sample_weight``) and evaluation (``sample_weight_eval_set``): one per query in the
+    order of ``group``, or with ``qid`` in ascending order of the ids (not in order of first
+    appearance). ``qid`` need not be sorted: rows are sorted stably by query id for
+    training. A DataFrame's column names become the booster's feature names
+    (``feature_names_in_``); ``predict`` then refuses a DataFrame with other columns or
+    another order, as ``XGBRanker`` does. Predictions use the best round
     when early stopping was used. ``score(X, y, qid=...)`` is the mean NDCG@10 over queries;
     for cross-validation see :mod:`approx_gbdt.model_selection`.
     """
@@ -218,6 +244,7 @@ class ApproxXGBRanker(BaseEstimator):
         """
         params = self._params()
         dtrain = _dmatrix(X, y, group, qid, sample_weight, "training data")
+        names = _feature_names(X)
         evals = []
         eval_set = list(eval_set or [])
         for name, seq in (("eval_group", eval_group), ("eval_qid", eval_qid),
@@ -228,7 +255,8 @@ class ApproxXGBRanker(BaseEstimator):
             gv = eval_group[i] if eval_group is not None else None
             qv = eval_qid[i] if eval_qid is not None else None
             wv = sample_weight_eval_set[i] if sample_weight_eval_set is not None else None
-            evals.append((_dmatrix(Xv, yv, gv, qv, wv, f"eval_set[{i}]"), f"validation_{i}"))
+            evals.append((_dmatrix(Xv, yv, gv, qv, wv, f"eval_set[{i}]", names),
+                          f"validation_{i}"))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set")
         monitor = []
@@ -246,6 +274,11 @@ class ApproxXGBRanker(BaseEstimator):
 
     def _set_fitted(self, n_features):
         self.n_features_in_ = n_features
+        names = self.booster_.feature_names
+        if names is not None:  # fitted on a DataFrame (or a booster saved with names)
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
         best = self.booster_.attr("best_iteration")
         if best is not None:  # early stopping recorded its best round in the booster
             self.best_iteration_ = int(best)
@@ -260,13 +293,16 @@ class ApproxXGBRanker(BaseEstimator):
         """Scores (higher ranks first), from the best round when early stopping was used."""
         if not hasattr(self, "booster_"):
             raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else list(names)
+        _check_names(X, names, "predict")
         X = np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has shape {X.shape}; the model was fitted on {self.n_features_in_} features"
             )
         return self.booster_.predict(
-            xgb.DMatrix(X), iteration_range=(0, self.best_iteration_ + 1)
+            xgb.DMatrix(X, feature_names=names), iteration_range=(0, self.best_iteration_ + 1)
         ).astype(np.float64)
 
     def score(self, X, y, *, qid=None, group=None, metric="ndcg@10"):
@@ -289,8 +325,9 @@ class ApproxXGBRanker(BaseEstimator):
     def feature_importances_(self):
         """``importance_type`` of every feature, normalised to sum to 1 (0 for unused ones)."""
         scores = self.get_booster().get_score(importance_type=self.importance_type)
-        values = np.array([scores.get(f"f{i}", 0.0) for i in range(self.n_features_in_)],
-                          dtype=np.float32)
+        names = getattr(self, "feature_names_in_", None)
+        keys = [f"f{i}" for i in range(self.n_features_in_)] if names is None else list(names)
+        values = np.array([scores.get(key, 0.0) for key in keys], dtype=np.float32)
         total = values.sum()
         return values / total if total > 0 else values
 

@@ -109,6 +109,28 @@ def test_xgb_ranker_errors(data):
         ranker.predict(Xtr[:, :3])
 
 
+def test_xgb_ranker_keeps_dataframe_feature_names(tmp_path, data):
+    """As XGBRanker: a DataFrame's columns are the booster's feature names, its importances
+    are read by name, and predict refuses the columns in another order."""
+    pd = pytest.importorskip("pandas")
+    Xtr, ytr, gtr, Xte, yte, gte = data
+    cols = [f"x{i}" for i in range(Xtr.shape[1])]
+    df, dfte = pd.DataFrame(Xtr, columns=cols), pd.DataFrame(Xte, columns=cols)
+    ranker = ApproxXGBRanker(n_estimators=5, n_jobs=1).fit(df, ytr, group=gtr,
+                                                          eval_set=[(dfte, yte)],
+                                                          eval_group=[gte])
+    assert list(ranker.feature_names_in_) == cols == ranker.get_booster().feature_names
+    assert ranker.feature_importances_[0] > 0  # the strongest feature, found by its name
+    np.testing.assert_array_equal(ranker.predict(dfte), ranker.predict(Xte))
+    with pytest.raises(ValueError, match="not the fit's feature names"):
+        ranker.predict(dfte[cols[::-1]])
+    ranker.save_model(tmp_path / "m.json")
+    loaded = ApproxXGBRanker().load_model(tmp_path / "m.json")
+    assert list(loaded.feature_names_in_) == cols
+    np.testing.assert_array_equal(loaded.predict(dfte), ranker.predict(dfte))
+    assert not hasattr(ranker.fit(Xtr, ytr, group=gtr), "feature_names_in_")
+
+
 def test_datasets_without_query_information(data):
     Xtr, ytr, *_ = data
     with pytest.raises(ValueError, match="no query information"):
