@@ -347,13 +347,16 @@ def _plot(curves, best, path, title):
 
 
 def _check_boosting_args(args):
-    """The options shared by demo and train: --rounds, --patience, --learning-rate."""
+    """The options shared by demo and train: --rounds, --patience, --learning-rate,
+    --threads."""
     if args.rounds < 1:
         raise _usage(f"--rounds must be at least 1, got {args.rounds}")
     if args.patience < 1:
         raise _usage(f"--patience must be at least 1, got {args.patience}")
     if not args.learning_rate > 0:
         raise _usage(f"--learning-rate must be positive, got {args.learning_rate}")
+    if args.threads < 0:
+        raise _usage(f"--threads must be 0 (all cores) or a positive count, got {args.threads}")
 
 
 def cmd_demo(args):
@@ -484,6 +487,22 @@ def _lightgbm_names():
     return set(aliases) | {alias for names in aliases.values() for alias in names}
 
 
+def _check_fixed_params(extra, backend):
+    """Refuse --param keys that the command sets itself: the objective (``--objective``)."""
+    names = {"objective"}
+    if backend == "lightgbm":
+        try:
+            from lightgbm.basic import _ConfigAliases  # private: LightGBM's alias table
+
+            names |= set(_ConfigAliases.get("objective"))
+        except Exception:  # without it, only the main name is checked
+            pass
+    for key in extra:
+        if key in names:
+            raise _usage(f"--param {key}: the objective is set by --objective "
+                         f"(e.g. --objective {extra[key]})")
+
+
 def _check_lightgbm_params(extra):
     import difflib
 
@@ -559,6 +578,7 @@ def cmd_train(args):
     objective = _approx_objective(name, alpha=args.alpha, k=k, beta=args.beta) if is_approx \
         else name
     extra = _parse_params(args.param)
+    _check_fixed_params(extra, backend)
     if backend == "lightgbm":
         _check_lightgbm_params(extra)
 
@@ -940,7 +960,9 @@ def build_parser():
         ),
     )
     p.add_argument("--data", required=True, metavar="PATH",
-                   help="LETOR folder (Fold1..FoldN or folds.json)")
+                   help="a LETOR folder (Fold1..FoldN, folds.json, or train/vali/test files), "
+                        "or a name of the quality benchmark: generated, generated-long, "
+                        "mq2008, mq2008-small, lgb-yahoo, mslr-sample")
     p.add_argument("--folds", type=int, help="use only the first N folds")
     p.add_argument("--seeds", type=int, help="number of seeds")
     p.add_argument("--quick", action="store_true", help="smoke run")

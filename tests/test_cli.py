@@ -356,6 +356,13 @@ def small_files(tmp_path):
         (["--train", "{graded}", "--param", "num_leave=7"], 2, ["did you mean 'num_leaves'"]),
         (["--train", "{graded}", "--backend", "xgboost", "--out", "m.json", "--param",
           "bogus_param=1"], 2, ["bogus_param: XGBoost does not use"]),
+        (["--train", "{graded}", "--param", "objective=lambdarank"], 2,
+         ["--param objective: the objective is set by --objective"]),
+        (["--train", "{graded}", "--param", "application=lambdarank"], 2,
+         ["--param application: the objective is set by --objective"]),
+        (["--train", "{graded}", "--backend", "xgboost", "--out", "m.json", "--param",
+          "objective=rank:ndcg"], 2, ["--objective rank:ndcg"]),
+        (["--train", "{graded}", "--threads", "-3"], 2, ["--threads must be 0"]),
     ],
 )
 def test_train_refuses_unusable_input(small_files, tmp_path, monkeypatch, capsys, argv, status,
@@ -364,7 +371,7 @@ def test_train_refuses_unusable_input(small_files, tmp_path, monkeypatch, capsys
     argv = [a.format(**small_files) for a in argv]
     if "--out" not in argv:
         argv += ["--out", "m.txt"]
-    assert main(["train", *argv, *FAST]) == status
+    assert main(["train", *FAST, *argv]) == status  # argv last: its --threads wins
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("approx-gbdt: error: "), err
     for needle in needles:
