@@ -652,11 +652,18 @@ def evaluate(
 # --------------------------------------------------------------------------------------------
 
 
+def _check_prefix(prefix):
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a string, got {prefix!r}")
+    return prefix
+
+
 def make_lightgbm_feval(
     *metrics: str | Sequence[str],
     threshold: float = 1.0,
     ties: str = "worst",
     undefined: str = "exclude",
+    prefix: str = "",
 ) -> Callable:
     """Evaluation function for ``lightgbm.train(..., feval=...)``.
 
@@ -667,21 +674,28 @@ def make_lightgbm_feval(
     threshold, ties, undefined
         As in :func:`evaluate`. ``ties="stable", undefined="one"`` reproduces LightGBM's own
         ``ndcg`` metric.
+    prefix : str, default ""
+        Put before every name that LightGBM logs and records. LightGBM keys its evaluation
+        history by name: next to its own metric of the same name (``"metric": "ndcg"`` with
+        ``eval_at`` 10 is also ``ndcg@10``) both values land under one key of
+        ``record_evaluation`` and ``best_score``, so give one of them a prefix (``"ag_"``) or
+        leave LightGBM's out (``"metric": "None"``).
 
     Returns
     -------
     callable
-        ``feval(preds, eval_data) -> [(name, value, True), ...]``. Query sizes come from
-        ``eval_data.get_group()``; per-document weights of ``eval_data`` are ignored.
+        ``feval(preds, eval_data) -> [(prefix + name, value, True), ...]``. Query sizes come
+        from ``eval_data.get_group()``; per-document weights of ``eval_data`` are ignored.
     """
     specs = _flatten_specs(metrics)
     options = {"threshold": threshold, "ties": ties, "undefined": undefined}
     evaluate([0.0], [1.0], [0, 1], specs, **options)  # fail now on a bad option, not in training
+    prefix = _check_prefix(prefix)
 
     def feval(preds, eval_data):
         data = host_data(eval_data)
         values = evaluate(preds, data.labels, data.group_ptr, specs, **options)
-        return [(name, value, True) for name, value in values.items()]
+        return [(prefix + name, value, True) for name, value in values.items()]
 
     return feval
 
@@ -691,6 +705,7 @@ def make_xgboost_metric(
     threshold: float = 1.0,
     ties: str = "worst",
     undefined: str = "exclude",
+    prefix: str = "",
 ) -> Callable:
     """Evaluation function for ``xgboost.train(..., custom_metric=...)``.
 
@@ -700,6 +715,11 @@ def make_xgboost_metric(
         Metric names (see :func:`parse_metric`), e.g. ``make_xgboost_metric("ndcg@10")``.
     threshold, ties, undefined
         As in :func:`evaluate`.
+    prefix : str, default ""
+        Put before every name. XGBoost keys ``evals_result`` by name: next to its own
+        ``eval_metric`` of the same name (``"ndcg@5"``) both values land in one list, so give
+        one of them a prefix (``"ag_"``) or leave XGBoost's out
+        (``disable_default_eval_metric``).
 
     Returns
     -------
@@ -711,11 +731,12 @@ def make_xgboost_metric(
     specs = _flatten_specs(metrics)
     options = {"threshold": threshold, "ties": ties, "undefined": undefined}
     evaluate([0.0], [1.0], [0, 1], specs, **options)
+    prefix = _check_prefix(prefix)
 
     def metric(predt, dmatrix):
         data = host_data(dmatrix)
         values = evaluate(predt, data.labels, data.group_ptr, specs, **options)
-        pairs = list(values.items())
+        pairs = [(prefix + name, value) for name, value in values.items()]
         return pairs[0] if len(pairs) == 1 else pairs
 
     return metric

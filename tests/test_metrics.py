@@ -583,3 +583,26 @@ def test_xgboost_metric_inside_train():
     assert single[0] == "mrr" and 0 < single[1] <= 1
     with pytest.raises(ValueError, match="no query information"):
         metric(np.zeros(yv.size), xgb.DMatrix(Xv, yv))
+
+
+def test_metric_prefix_keeps_the_hosts_own_metric_apart():
+    """LightGBM's ndcg@5 and approx_gbdt's, side by side: with a prefix each has its own
+    history (without one both land under one key, two values a round)."""
+    X, y, sizes, _ = ranking_data(5)
+    Xv, yv, sizes_v, ptr_v = ranking_data(6)
+    train = lgb.Dataset(X, y, group=sizes)
+    valid = lgb.Dataset(Xv, yv, group=sizes_v, reference=train)
+    record = {}
+    params = {"objective": "lambdarank", "metric": "ndcg", "eval_at": [5], "num_leaves": 4,
+              "verbose": -1, "num_threads": 1}
+    lgb.train(params, train, num_boost_round=3, valid_sets=[valid], valid_names=["v"],
+              feval=make_lightgbm_feval("ndcg@5", ties="stable", undefined="one",
+                                        prefix="ag_"),
+              callbacks=[lgb.record_evaluation(record)])
+    assert len(record["v"]["ndcg@5"]) == len(record["v"]["ag_ndcg@5"]) == 3
+    np.testing.assert_allclose(record["v"]["ag_ndcg@5"], record["v"]["ndcg@5"], rtol=1e-6)
+    dvalid = xgb.DMatrix(Xv, yv, group=sizes_v)
+    name, _ = make_xgboost_metric("map", prefix="ag_")(np.zeros(yv.size), dvalid)
+    assert name == "ag_map"
+    with pytest.raises(TypeError, match="prefix must be a string"):
+        make_lightgbm_feval("map", prefix=None)
