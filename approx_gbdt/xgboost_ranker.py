@@ -13,6 +13,7 @@ import numpy as np
 import xgboost as xgb
 from sklearn.base import BaseEstimator
 
+from approx_gbdt._kernels import threads_capped
 from approx_gbdt.model_selection import query_order
 from approx_gbdt.objectives import approx_ndcg_obj
 from approx_gbdt.training import fit_ranker
@@ -74,6 +75,21 @@ def _dmatrix(X, y, group, qid, weight, what, names=None):
             )
         d.set_weight(w)
     return d
+
+
+def _capped(objective, n_jobs):
+    """``objective`` with the Numba threads of its calls capped at ``n_jobs`` (positive), as
+    XGBoost's own threads are by ``nthread``: a Booster's ``nthread`` does not reach a custom
+    objective, and XGBoost's global one, which does (:mod:`approx_gbdt.hosts`), is not put
+    back after ``xgb.config_context(nthread=...)``."""
+    if n_jobs is None or n_jobs <= 0:
+        return objective
+
+    def capped(preds, dtrain):
+        with threads_capped(int(n_jobs)):
+            return objective(preds, dtrain)
+
+    return capped
 
 
 class ApproxXGBRanker(BaseEstimator):
@@ -263,9 +279,9 @@ class ApproxXGBRanker(BaseEstimator):
         if verbose and evals:
             period = 1 if verbose is True else int(verbose)
             monitor.append(xgb.callback.EvaluationMonitor(period=period))
-        fit = fit_ranker("xgboost", self.objective, dtrain, [d for d, _ in evals],
-                         valid_names=[name for _, name in evals], params=params,
-                         num_boost_round=self.n_estimators,
+        fit = fit_ranker("xgboost", _capped(self.objective, self.n_jobs), dtrain,
+                         [d for d, _ in evals], valid_names=[name for _, name in evals],
+                         params=params, num_boost_round=self.n_estimators,
                          early_stopping_rounds=self.early_stopping_rounds, metric=None,
                          callbacks=monitor)
         self.booster_, self.evals_result_ = fit.booster, fit.evals_result

@@ -1,7 +1,9 @@
 """The kernels' thread count follows the host library's setting."""
 
 import lightgbm as lgb
+import numba
 import numpy as np
+import pytest
 from numba import get_num_threads
 
 from approx_gbdt import approx_ndcg_obj
@@ -70,3 +72,28 @@ def test_pair_loop_options_follow_the_thread_cap(monkeypatch):
     assert get_num_threads() == before
     np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(h1, h0, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two Numba threads")
+def test_xgb_ranker_n_jobs_reaches_the_objective(monkeypatch):
+    """ApproxXGBRanker(n_jobs=1) caps the objective's Numba threads during fit (a Booster's
+    nthread does not reach a custom objective), and leaves Numba's count as it was."""
+    from approx_gbdt import ApproxXGBRanker
+
+    seen = []
+    obj = ApproxNDCG()
+    original = obj._grad_hess
+
+    def spy(*args):
+        seen.append(numba.get_num_threads())
+        return original(*args)
+
+    monkeypatch.setattr(obj, "_grad_hess", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = rng.integers(0, 3, 200).astype(float)
+    before = numba.get_num_threads()
+    ApproxXGBRanker(objective=obj, n_estimators=2, n_jobs=1).fit(X, y, group=[50] * 4)
+    assert seen == [1, 1] and numba.get_num_threads() == before
+    ApproxXGBRanker(objective=obj, n_estimators=2).fit(X, y, group=[50] * 4)
+    assert seen[2:] == [before, before]
