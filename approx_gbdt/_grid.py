@@ -154,6 +154,11 @@ _GRID_PER_NEAR = 280
 _GRID_PER_FAR = 18
 
 
+def _python(f):
+    """A compiled function's Python source function (itself under ``NUMBA_DISABLE_JIT``)."""
+    return getattr(f, "py_func", f)
+
+
 def _nodes():
     """Chebyshev nodes of the first kind on [0, 1] and their barycentric weights."""
     a = (2 * np.arange(_P) + 1) * math.pi / (2 * _P)
@@ -193,7 +198,7 @@ def _tables(z):
         delta = di - _D
         for m in range(_P):
             for i in range(_P):
-                sg, sc, w = _sig_pair.py_func((z[m] - z[i] - delta) * _H)
+                sg, sc, w = _python(_sig_pair)((z[m] - z[i] - delta) * _H)
                 tab[:, di, m, i] = sg, w, w * (sc - sg), w * w
     return tab
 
@@ -359,7 +364,7 @@ def _boxes(x, t, slot, bid, bstart, nlo, nhi):
 
 
 # Small helpers over the ``_P`` nodes (used many times in ``_chain_boxes``, and in
-# ``_pos_boxes`` and ``_self_coefs``) are compiled once and inlined by LLVM (``forceinline``),
+# ``_pos_boxes``) are compiled once and inlined by LLVM (``forceinline``),
 # not by Numba (``inline="always"``), which types a function again at every place it is
 # written: LLVM's inlining gives the same machine code, and ``_chain_boxes`` with its callees
 # compiles in 2.5 s against 6.3 s (a first call on long queries). Their flags are set
@@ -398,7 +403,7 @@ def _self_coefs(z, lam, tab):
     theta = (2 * np.arange(_Q) + 1) * math.pi / (2 * _Q)
     L = np.empty((_Q, _P))
     for i in range(_Q):
-        _lagrange.py_func(0.5 * (1.0 + math.cos(theta[i])), z, lam, L[i])
+        _python(_lagrange)(0.5 * (1.0 + math.cos(theta[i])), z, lam, L[i])
     vals = np.einsum("im,kml,il->ki", L, tab[:, _D], L)  # q_k at the points
     c = vals @ np.cos(np.outer(theta, np.arange(_Q))) * (2.0 / _Q)
     c[:, 0] /= 2.0
@@ -432,7 +437,7 @@ def grid_tables():
     """``(z, lam, tab, sc, far, emat)``: the Chebyshev nodes with their barycentric weights,
     the kernel tables, the self terms' coefficients, the far series' tables and their
     exponentials at the nodes: constants of the grid, made once per process (in NumPy and
-    Python: 5 ms; compiled, they would add about 1.6 s to a first call) and passed to every call
+    Python: 5 ms; compiled, they took 1.6 s alone in a fresh process) and passed to every call
     (``grid_positions_*``, ``grid_chain_*``, ``grid_abs_*``)."""
     z, lam = _nodes()
     tab = _tables(z)

@@ -946,8 +946,7 @@ def _pool():
 @functools.cache
 def _grid_tables():
     """The grid's nodes, kernel tables, self terms' coefficients and far series' tables, made
-    on first use and kept for the process (by the compiled ``grid_tables``: the same values as
-    when every call made its own); read-only."""
+    on first use (``_grid.grid_tables``, in NumPy) and kept for the process; read-only."""
     return grid_tables()
 
 
@@ -1147,10 +1146,12 @@ def grad_hess(s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha, kind
 
 @contextlib.contextmanager
 def threads_capped(n_threads):
-    """Numba's thread count set to ``n_threads`` (at most ``NUMBA_NUM_THREADS``; None keeps
-    the current one) inside the block, which receives it; restored after."""
+    """Numba's thread count set to ``n_threads`` inside the block, which receives it;
+    restored after. The current count is an upper bound (``numba.set_num_threads``, an
+    enclosing cap such as ``ApproxXGBRanker(n_jobs=...)``'s): the count only goes down; None
+    keeps it."""
     prev = get_num_threads()
-    nt = prev if n_threads is None else max(1, min(int(n_threads), config.NUMBA_NUM_THREADS))
+    nt = prev if n_threads is None else max(1, min(int(n_threads), prev))
     set_num_threads(nt)
     try:
         yield nt

@@ -52,6 +52,11 @@ class HostData:
         alias) of the Dataset's parameters, XGBoost's global ``nthread``
         (``xgb.config_context``; a Booster's own ``nthread`` does not reach a custom
         objective); None for the kernels' default (``LGBMRanker`` passes no parameters).
+    part : bool
+        Whether the data is one worker's part of a distributed training run (XGBoost's
+        collective of more than one worker; LightGBM's ``num_machines`` above 1 in the
+        Dataset's parameters). False where the host does not say (``LGBMRanker``, also
+        inside ``DaskLGBMRanker``).
     """
 
     labels: np.ndarray
@@ -60,6 +65,7 @@ class HostData:
     weight_kind: str | None
     host: str
     threads: int | None = None
+    part: bool = False
 
     def doc_weights(self) -> np.ndarray:
         """Per-document weights (an empty array when there are none); see :func:`doc_weights`."""
@@ -89,6 +95,23 @@ def _xgboost_threads():
     return host_threads({"nthread": xgboost.get_config().get("nthread")})
 
 
+def _more_than_one(value) -> bool:
+    try:
+        return int(value) > 1
+    except (TypeError, ValueError):
+        return False
+
+
+def _xgboost_workers() -> int:
+    """Workers of XGBoost's collective (1 outside a distributed run)."""
+    try:
+        from xgboost import collective
+
+        return int(collective.get_world_size())
+    except Exception:  # an XGBoost without the collective module: not distributed
+        return 1
+
+
 def _library(obj) -> str:
     return type(obj).__module__.split(".")[0]
 
@@ -115,8 +138,10 @@ def host_data(data) -> HostData:
         if labels is None:
             raise ValueError("the LightGBM Dataset has no labels")
         ptr = group_ptr_from_sizes(sizes, n_rows=np.shape(labels)[0])
+        params = getattr(data, "params", None) or {}
+        machines = params.get("num_machines", params.get("num_machine", 1))
         return HostData(np.asarray(labels), ptr, data.get_weight(), "doc", "lightgbm",
-                        host_threads(getattr(data, "params", None)))
+                        host_threads(params), _more_than_one(machines))
     if library == "xgboost":
         labels = data.get_label()
         if data.num_row() == 0:  # a Dask worker that holds no rows
@@ -128,7 +153,8 @@ def host_data(data) -> HostData:
             )
         weights = data.get_weight()
         weights = None if weights.size == 0 else weights
-        return HostData(labels, ptr, weights, "query", "xgboost", _xgboost_threads())
+        return HostData(labels, ptr, weights, "query", "xgboost", _xgboost_threads(),
+                        _xgboost_workers() > 1)
     raise TypeError(
         f"expected a lightgbm.Dataset or an xgboost.DMatrix, got {type(data).__name__}"
     )

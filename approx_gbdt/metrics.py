@@ -718,8 +718,8 @@ def make_xgboost_metric(
     prefix : str, default ""
         Put before every name. XGBoost keys ``evals_result`` by name: next to its own
         ``eval_metric`` of the same name (``"ndcg@5"``) both values land in one list, so give
-        one of them a prefix (``"ag_"``) or leave XGBoost's out
-        (``disable_default_eval_metric``).
+        one of them a prefix (``"ag_"``) or leave that name out of XGBoost's
+        ``eval_metric``.
 
     Returns
     -------

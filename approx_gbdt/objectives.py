@@ -250,6 +250,7 @@ class _Prepared:
     key: tuple
     arrays: dict
     work: dict
+    checked: bool = False  # warn_if_nothing_to_learn has looked at it
 
 
 class _ApproxObjective:
@@ -325,7 +326,6 @@ class _ApproxObjective:
             self._cache.insert(0, prep)
             del self._cache[_CACHE_SIZE:]
             _HOLDERS.add(self)
-            warn_if_nothing_to_learn(self, prep)
         return prep
 
     def clear_cache(self):
@@ -388,6 +388,10 @@ class _ApproxObjective:
         if data.host == "xgboost" and data.labels.shape[0] == 0:
             return np.zeros(0), np.zeros(0)  # a Dask worker that holds no training rows
         prep = self._prepare(data.labels, data.group_ptr, cache=True)
+        if not prep.checked:  # once per training dataset; a worker's part may lack what the
+            prep.checked = True  # whole data has
+            if not data.part:
+                warn_if_nothing_to_learn(self, prep)
         s = _as_scores(scores, prep.labels.shape[0])
         return self._scaled_grad_hess(s, prep, data.doc_weights(), None, data.threads)
 
@@ -556,8 +560,9 @@ def separable_arrays(gains, inv_z, group_ptr):
 def warn_if_nothing_to_learn(obj, prep):
     """Warn, once per training dataset (host calls), when no query holds two documents of
     different relevance to the measure (for the measures of binary relevance, a relevant and
-    a non-relevant one, else every gradient is 0): every ranking then scores the same, and
-    there is nothing to learn."""
+    a non-relevant one): every ranking then scores the same, and there is nothing to learn.
+    Not on one worker's part of a distributed run (``HostData.part``), which may lack what
+    the whole data has."""
     sizes = np.diff(prep.group_ptr)
     starts = prep.group_ptr[:-1][sizes > 0]
     relevance = obj._relevance(prep)
@@ -618,18 +623,21 @@ def warn_if_saturated(obj, scores, prep, grad, weights):
     large (the kernels count a pair as saturated once that product exceeds a few tens): the
     documents then sit at their exact positions and boosting cannot move them, even where a
     less relevant document is ranked first. A truncated measure (``k``) has its own warning.
-    "No gradient" is every ``|g|`` at most ``_SATURATED`` times the largest weight (1 without
-    weights): a misordered pair whose ``alpha`` times score gap exceeds about 23 has a force
-    below that, e.g. 5e-14 at 30, which no tree learns from.
+    "No gradient" is every ``|g|`` at most ``_SATURATED`` times its document's weight (1
+    without weights): a misordered pair whose ``alpha`` times score gap exceeds about 23 has
+    a force below that, e.g. 5e-14 at 30, which no tree learns from. Queries of weight 0 do
+    not count as misordered.
     """
     if getattr(obj, "_k", 0) or (weights.size and not weights.any()):
         return
-    scale = float(np.abs(weights).max()) if weights.size else 1.0
-    if grad.size == 0 or float(np.abs(grad).max()) > _SATURATED * scale:
+    scale = np.abs(weights) if weights.size else 1.0
+    if grad.size == 0 or np.any(np.abs(grad) > _SATURATED * scale):
         return
     a = prep.arrays
     relevance = obj._relevance(prep)
     active = np.repeat((a["inv_z"] > 0) & (np.diff(prep.group_ptr) > 1), np.diff(prep.group_ptr))
+    if weights.size:  # a query of weight 0 is no query to the host
+        active &= weights != 0
     bad = misordered_queries(scores, np.where(active, relevance, 0.0), prep.group_ptr)
     if bad:
         warnings.warn(

@@ -47,9 +47,17 @@ def _check_names(X, names, what):
         )
 
 
-def _dmatrix(X, y, group, qid, weight, what, names=None):
-    _check_names(X, names, what)
-    names = _feature_names(X) or names
+_OWN = object()  # _dmatrix: the training data's own feature names
+
+
+def _dmatrix(X, y, group, qid, weight, what, names=_OWN):
+    """XGBoost's matrix of one data set, rows sorted by query. ``names``: the training
+    data's feature names for an evaluation set (None: it had none), which a DataFrame's
+    columns must match; the training data takes its own (``_OWN``)."""
+    if names is _OWN:
+        names = _feature_names(X)
+    else:
+        _check_names(X, names, what)
     X = np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
     if names is not None and X.ndim == 2 and X.shape[1] != len(names):
         raise ValueError(f"{what}: X has {X.shape[1]} columns; the fit had {len(names)}")
@@ -142,7 +150,8 @@ class ApproxXGBRanker(BaseEstimator):
     order of ``group``, or with ``qid`` in ascending order of the ids (not in order of first
     appearance). ``qid`` need not be sorted: rows are sorted stably by query id for
     training. A DataFrame's column names become the booster's feature names
-    (``feature_names_in_``); ``predict`` then refuses a DataFrame with other columns or
+    (``feature_names_in_``; XGBoost refuses duplicate names and names with ``[``, ``]`` or
+    ``<``); ``predict`` and the evaluation sets then refuse a DataFrame with other columns or
     another order, as ``XGBRanker`` does. Predictions use the best round
     when early stopping was used. ``score(X, y, qid=...)`` is the mean NDCG@10 over queries;
     for cross-validation see :mod:`approx_gbdt.model_selection`.
@@ -207,7 +216,10 @@ class ApproxXGBRanker(BaseEstimator):
                     f"objective {self.objective!r} has no options to set "
                     f"({', '.join('objective__' + k for k in nested)})"
                 )
-            self.objective = self.objective.replace(**nested)
+            try:
+                self.objective = self.objective.replace(**nested)
+            except TypeError as err:  # an unknown option: sklearn's error for a bad key
+                raise ValueError(str(err)) from None
         return self
 
     def _params(self):

@@ -91,6 +91,34 @@ def test_training_data_with_nothing_to_learn_warns(obj):
                   num_boost_round=2)
 
 
+def test_saturation_warning_reads_each_documents_weight():
+    """A misordered query with small but real gradients next to a heavy, saturated, well
+    ordered one: no warning (the threshold is per document, not the largest weight's). A
+    misordered saturated query of weight 0 is no query to the host: no warning either."""
+    scores = np.array([1.5, 0.0, 1e8, 0.0, -1e8])  # alpha times the misordered gap: 15
+    labels = np.array([0.0, 1.0, 2.0, 1.0, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grad, _ = approx_ndcg_obj.grad_hess(scores, labels, [0, 2, 5], weights=[1.0, 1e7])
+        assert 1e-10 < np.abs(grad[:2]).max() < 1e-10 * 1e7
+        approx_ndcg_obj.grad_hess(np.array([1e8, -1e8, 1e8, 0.0, -1e8]), labels, [0, 2, 5],
+                                  weights=[0.0, 1.0])
+
+
+def test_no_warning_on_one_workers_part_of_a_distributed_run():
+    """A LightGBM Dataset of a run on several machines (num_machines > 1) is one worker's
+    part: a part with nothing to learn says nothing about the whole data."""
+    X = np.random.default_rng(0).random((20, 2))
+    y = np.zeros(20)
+    part = lgb.Dataset(X, y, group=[5] * 4, params={"num_machines": 2, "verbosity": -1})
+    alone = lgb.Dataset(X, y, group=[5] * 4, params={"verbosity": -1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ApproxAP()(np.zeros(20), part.construct())
+    with pytest.warns(RuntimeWarning, match="nothing to learn"):
+        ApproxAP()(np.zeros(20), alone.construct())
+
+
 def test_ndcg_refuses_labels_too_large_for_the_gain():
     # 2^2000 overflows: before, NDCG was NaN and mean_over_queries dropped the query silently.
     with pytest.raises(ValueError, match="label 2000 is too large.*at most 1000"):

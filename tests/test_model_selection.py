@@ -151,7 +151,7 @@ def test_objectives_clone_and_take_nested_parameters(data):
     # set_params on the ranker replaces its objective by a copy, never changes the one given
     assert ranker.set_params(objective__alpha=3.0).objective.alpha == 3.0
     assert approx_ndcg_obj.alpha == 10.0 and ranker.get_params()["objective__alpha"] == 3.0
-    with pytest.raises(TypeError, match="has no option 'alhpa'"):
+    with pytest.raises(ValueError, match="has no option 'alhpa'"):
         ranker.set_params(objective__alhpa=2.0)
 
 

@@ -1,5 +1,7 @@
 """The kernels' thread count follows the host library's setting."""
 
+import contextlib
+
 import lightgbm as lgb
 import numba
 import numpy as np
@@ -75,25 +77,44 @@ def test_pair_loop_options_follow_the_thread_cap(monkeypatch):
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two Numba threads")
-def test_xgb_ranker_n_jobs_reaches_the_objective(monkeypatch):
-    """ApproxXGBRanker(n_jobs=1) caps the objective's Numba threads during fit (a Booster's
-    nthread does not reach a custom objective), and leaves Numba's count as it was."""
-    from approx_gbdt import ApproxXGBRanker
+def test_a_thread_cap_only_goes_down():
+    """Numba's current count bounds a host's setting: an enclosing cap
+    (ApproxXGBRanker(n_jobs=1), numba.set_num_threads) holds inside the kernels' own."""
+    from approx_gbdt._kernels import threads_capped
+
+    before = get_num_threads()
+    with threads_capped(1):
+        with threads_capped(before) as nt:
+            assert nt == 1 and get_num_threads() == 1
+        with threads_capped(None) as nt:
+            assert nt == 1
+        assert get_num_threads() == 1
+    assert get_num_threads() == before
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two Numba threads")
+def test_xgb_ranker_n_jobs_reaches_the_kernels(monkeypatch):
+    """ApproxXGBRanker(n_jobs=1) caps the kernels' Numba threads during fit (a Booster's
+    nthread does not reach a custom objective), whatever thread count the host passes them,
+    and leaves Numba's count as it was."""
+    from approx_gbdt import ApproxXGBRanker, _kernels
 
     seen = []
-    obj = ApproxNDCG()
-    original = obj._grad_hess
+    original = _kernels.threads_capped
 
-    def spy(*args):
-        seen.append(numba.get_num_threads())
-        return original(*args)
+    @contextlib.contextmanager
+    def spy(n_threads):
+        with original(2 if n_threads is None else n_threads) as nt:  # a host asking for 2
+            seen.append(nt)
+            yield nt
 
-    monkeypatch.setattr(obj, "_grad_hess", spy)
+    monkeypatch.setattr(_kernels, "threads_capped", spy)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3))
     y = rng.integers(0, 3, 200).astype(float)
-    before = numba.get_num_threads()
-    ApproxXGBRanker(objective=obj, n_estimators=2, n_jobs=1).fit(X, y, group=[50] * 4)
-    assert seen == [1, 1] and numba.get_num_threads() == before
-    ApproxXGBRanker(objective=obj, n_estimators=2).fit(X, y, group=[50] * 4)
-    assert seen[2:] == [before, before]
+    before = get_num_threads()
+    ApproxXGBRanker(objective=ApproxNDCG(), n_estimators=2, n_jobs=1).fit(X, y,
+                                                                         group=[50] * 4)
+    assert seen == [1, 1] and get_num_threads() == before
+    ApproxXGBRanker(objective=ApproxNDCG(), n_estimators=2).fit(X, y, group=[50] * 4)
+    assert seen[2:] == [2, 2]

@@ -129,6 +129,10 @@ def test_xgb_ranker_keeps_dataframe_feature_names(tmp_path, data):
     assert list(loaded.feature_names_in_) == cols
     np.testing.assert_array_equal(loaded.predict(dfte), ranker.predict(dfte))
     assert not hasattr(ranker.fit(Xtr, ytr, group=gtr), "feature_names_in_")
+    # an evaluation DataFrame next to unnamed training data takes the training's (no) names
+    ranker.fit(Xtr, ytr, group=gtr, eval_set=[(dfte, yte)], eval_group=[gte])
+    with pytest.raises(ValueError, match=r"eval_set\[0\]: the columns"):
+        ranker.fit(df, ytr, group=gtr, eval_set=[(dfte[cols[::-1]], yte)], eval_group=[gte])
 
 
 def test_datasets_without_query_information(data):
