@@ -542,9 +542,12 @@ class _ApproxObjective:
 def exp2_gains(labels):
     """Graded gains ``2^y - 1`` (labels at most 1000, so that they stay finite)."""
     if labels.size and labels.max() > _MAX_LABEL:
+        top = labels.max()
         raise ValueError(
-            f"label {labels.max():g} is too large for the gain 2^y - 1 in float64 "
+            f"label {top:g} is too large for the gain 2^y - 1 in float64 "
             f"(labels must be at most {_MAX_LABEL:g})"
+            + ("; LightGBM stores an infinite label as 1e+38: check the labels with "
+               "np.isfinite before building the Dataset" if top >= np.float32(1e38) else "")
         )
     return np.expm1(labels * math.log(2.0))
 

@@ -119,6 +119,16 @@ def test_no_warning_on_one_workers_part_of_a_distributed_run():
         ApproxAP()(np.zeros(20), alone.construct())
 
 
+def test_infinite_label_through_lightgbm_is_named():
+    """LightGBM stores an infinite label as 1e38 before the objective sees it: the error says
+    so instead of only calling 1e38 too large."""
+    X = np.random.default_rng(0).random((8, 2))
+    y = np.array([0.0, 1.0, np.inf, 0.0, 1.0, 2.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="LightGBM stores an infinite label as 1e\\+38"):
+        lgb.train({"objective": approx_ndcg_obj, "verbosity": -1, "min_data_in_leaf": 1},
+                  lgb.Dataset(X, y, group=[4, 4]), num_boost_round=1)
+
+
 def test_ndcg_refuses_labels_too_large_for_the_gain():
     # 2^2000 overflows: before, NDCG was NaN and mean_over_queries dropped the query silently.
     with pytest.raises(ValueError, match="label 2000 is too large.*at most 1000"):
