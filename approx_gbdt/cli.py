@@ -439,21 +439,14 @@ def _warn(message):
 
 def _check_training_data(data, path, objective):
     """Refuse training data on which every ranking scores the same (nothing to rank)."""
-    sizes = np.diff(data.group_ptr)
-    starts = data.group_ptr[:-1]
-    top = np.maximum.reduceat(data.y, starts)
-    low = np.minimum.reduceat(data.y, starts)
+    from approx_gbdt.objectives import queries_to_rank, rank_requirement
+
     threshold = getattr(objective, "threshold", None)
-    if threshold is None:
-        useful = (sizes > 1) & (top > low)
-        what = "two documents with different labels"
-    else:
-        useful = (sizes > 1) & (top >= threshold) & (low < threshold)
-        what = f"a relevant (label >= {threshold:g}) and a non-relevant document"
-    if not useful.any():
+    relevance = data.y if threshold is None else (data.y >= threshold).astype(np.float64)
+    if not queries_to_rank(relevance, data.group_ptr).any():
         raise CLIError(
-            f"{path}: no query has {what}, so there is nothing to rank (every ranking scores "
-            "the same)"
+            f"{path}: no query has {rank_requirement(threshold)}, so there is nothing to rank "
+            "(every ranking scores the same)"
         )
 
 
@@ -487,16 +480,20 @@ def _lightgbm_names():
     return set(aliases) | {alias for names in aliases.values() for alias in names}
 
 
+def _lightgbm_aliases(name):
+    """A LightGBM parameter's name and aliases (only the name if this LightGBM cannot list
+    them)."""
+    try:
+        from lightgbm.basic import _ConfigAliases  # private: LightGBM's alias table
+
+        return set(_ConfigAliases.get(name)) | {name}
+    except Exception:
+        return {name}
+
+
 def _check_fixed_params(extra, backend):
     """Refuse --param keys that the command sets itself: the objective (``--objective``)."""
-    names = {"objective"}
-    if backend == "lightgbm":
-        try:
-            from lightgbm.basic import _ConfigAliases  # private: LightGBM's alias table
-
-            names |= set(_ConfigAliases.get("objective"))
-        except Exception:  # without it, only the main name is checked
-            pass
+    names = _lightgbm_aliases("objective") if backend == "lightgbm" else {"objective"}
     for key in extra:
         if key in names:
             raise _usage(f"--param {key}: the objective is set by --objective "
@@ -545,14 +542,8 @@ def _check_xgboost_params(params, extra, data):
 
 def _check_min_data_in_leaf(params, data, path):
     """LightGBM needs 2 x min_data_in_leaf rows for any split; with fewer it has no feature."""
-    try:
-        from lightgbm.basic import _ConfigAliases  # private: LightGBM's alias table
-
-        aliases = sorted(_ConfigAliases.get("min_data_in_leaf"))
-    except Exception:
-        aliases = ["min_data_in_leaf"]
     value = 20  # LightGBM's default
-    for alias in aliases:
+    for alias in sorted(_lightgbm_aliases("min_data_in_leaf")):
         value = params.get(alias, value)
     n = data.y.size
     if n < 2 * int(value):

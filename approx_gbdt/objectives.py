@@ -560,31 +560,41 @@ def separable_arrays(gains, inv_z, group_ptr):
             "n_active": n_active}
 
 
+def queries_to_rank(relevance, group_ptr):
+    """Per query, whether it holds two documents of different ``relevance`` (else every
+    ranking of it scores the same); False for an empty query."""
+    sizes = np.diff(group_ptr)
+    out = np.zeros(sizes.shape[0], dtype=bool)
+    filled = sizes > 0
+    if filled.any():
+        starts = group_ptr[:-1][filled]
+        out[filled] = (np.maximum.reduceat(relevance, starts)
+                       > np.minimum.reduceat(relevance, starts))
+    return out
+
+
+def rank_requirement(threshold):
+    """What a query must hold to have something to rank, in words (``threshold`` None: the
+    labels are graded relevance; else binary relevance, ``label >= threshold``)."""
+    if threshold is None:
+        return "two documents with different labels"
+    return f"a relevant (label >= {threshold:g}) and a non-relevant document"
+
+
 def warn_if_nothing_to_learn(obj, prep):
     """Warn, once per training dataset (host calls), when no query holds two documents of
-    different relevance to the measure (for the measures of binary relevance, a relevant and
-    a non-relevant one): every ranking then scores the same, and there is nothing to learn.
-    Not on one worker's part of a distributed run (``HostData.part``), which may lack what
-    the whole data has."""
-    sizes = np.diff(prep.group_ptr)
-    starts = prep.group_ptr[:-1][sizes > 0]
-    relevance = obj._relevance(prep)
-    if relevance.shape[0] == 0:
-        return
-    spread = np.maximum.reduceat(relevance, starts) > np.minimum.reduceat(relevance, starts)
-    inv_z = prep.arrays.get("inv_z")
-    if inv_z is not None:
-        spread &= inv_z[sizes > 0] > 0
-    if spread.any():
+    different relevance to the measure (:func:`queries_to_rank`; for the measures of binary
+    relevance, a relevant and a non-relevant one): every ranking then scores the same, and
+    there is nothing to learn. Not on one worker's part of a distributed run
+    (``HostData.part``), which may lack what the whole data has."""
+    if prep.labels.shape[0] == 0 or queries_to_rank(obj._relevance(prep), prep.group_ptr).any():
         return
     threshold = getattr(obj, "threshold", None)
-    what = ("two documents of different labels" if threshold is None else
-            f"a relevant (label >= {threshold:g}) and a non-relevant document")
     y = prep.labels
     warnings.warn(
-        f"{type(obj).__name__}: no query of these {sizes.shape[0]} has {what} (labels "
-        f"{y.min():g} to {y.max():g}): every ranking scores the same, so there is nothing "
-        "to learn"
+        f"{type(obj).__name__}: no query of these {prep.group_ptr.shape[0] - 1} has "
+        f"{rank_requirement(threshold)} (labels {y.min():g} to {y.max():g}): every ranking "
+        "scores the same, so there is nothing to learn"
         + ("" if threshold is None else
            f"; set threshold= to the labels' scale, e.g. {type(obj).__name__}(threshold=...)"),
         RuntimeWarning,

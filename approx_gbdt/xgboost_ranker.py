@@ -272,7 +272,7 @@ class ApproxXGBRanker(BaseEstimator):
         """
         params = self._params()
         dtrain = _dmatrix(X, y, group, qid, sample_weight, "training data")
-        names = _feature_names(X)
+        names = dtrain.feature_names  # a DataFrame's columns, else None
         evals = []
         eval_set = list(eval_set or [])
         for name, seq in (("eval_group", eval_group), ("eval_qid", eval_qid),
