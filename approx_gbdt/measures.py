@@ -39,10 +39,12 @@ import numpy as np
 from approx_gbdt import metrics
 from approx_gbdt._measure_terms import TERM_GEOM, TERM_LOG, TERM_ONE, TERM_RECIP, ideal_value
 from approx_gbdt.objectives import (
+    TRUNCATION_BETA,
     ApproxAP,
     ApproxNDCG,
     _ApproxObjective,
     _check_k,
+    _check_truncation_beta,
     _positive_float,
     approx_ap_obj,
     approx_ndcg_obj,
@@ -98,13 +100,13 @@ class _Separable(_ApproxObjective):
     _theta = 0.0  # parameter of the position term (the persistence of RBP)
 
     def _init(self, *, alpha, hessian, hessian_floor, hessian_constant, hessian_scale,
-              normalize, k=None, beta=10.0, threshold=None):
+              normalize, k=None, beta=TRUNCATION_BETA, threshold=None):
         super().__init__(alpha=alpha, hessian=hessian, hessian_floor=hessian_floor,
                          hessian_constant=hessian_constant, normalize=normalize,
                          hessian_scale=hessian_scale)
         self._k = _check_k(k)
         self.k = k
-        self.beta = _positive_float("beta", beta)
+        self.beta = _check_truncation_beta(k, beta)
         if threshold is not None:
             self.threshold = _threshold(threshold)
 
@@ -174,8 +176,8 @@ class ApproxDCG(_Separable):
 
     term = TERM_LOG
 
-    def __init__(self, *, alpha=10.0, k=None, hessian="mixed", beta=10.0, hessian_floor=0.1,
-                 hessian_constant=1.0, hessian_scale=1.0, normalize=True):
+    def __init__(self, *, alpha=10.0, k=None, hessian="mixed", beta=TRUNCATION_BETA,
+                 hessian_floor=0.1, hessian_constant=1.0, hessian_scale=1.0, normalize=True):
         self._init(alpha=alpha, k=k, beta=beta, hessian=hessian, hessian_floor=hessian_floor,
                    hessian_constant=hessian_constant, hessian_scale=hessian_scale,
                    normalize=normalize)

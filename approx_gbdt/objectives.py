@@ -127,6 +127,19 @@ def _check_k(k):
     return _check_positive_int("k", k)
 
 
+TRUNCATION_BETA = 10.0  # the truncation's default sharpness
+
+
+def _check_truncation_beta(k, beta):
+    """``beta`` of the smoothed top-k truncation: a value other than the default without ``k``
+    would be silently unused."""
+    beta = _positive_float("beta", beta)
+    if k is None and beta != TRUNCATION_BETA:
+        raise ValueError(f"beta={beta:g} has no effect without k: it sharpens the smoothed "
+                         "top-k truncation")
+    return beta
+
+
 def _check_choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
@@ -709,7 +722,7 @@ class ApproxNDCG(_ApproxObjective):
           ``positions="sigmoid"`` and ``pair_force="tangent"``.
         - ``"constant"``: ``hessian_constant`` for every document of a non-trivial query.
     beta : float, default 10.0
-        Sharpness of the truncation (used only with ``k``).
+        Sharpness of the truncation; another value without ``k`` is an error.
     hessian_floor : float, default 0.1
         Floor, relative to the bound (or ``alpha^2 S_k``), of the ``"mixed"`` (or
         ``"mixed_sum"``) Hessian.
@@ -777,7 +790,7 @@ class ApproxNDCG(_ApproxObjective):
         alpha=10.0,
         k=None,
         hessian="mixed",
-        beta=10.0,
+        beta=TRUNCATION_BETA,
         hessian_floor=0.1,
         hessian_constant=1.0,
         hessian_scale=1.0,
@@ -799,7 +812,7 @@ class ApproxNDCG(_ApproxObjective):
         )
         self._k = _check_k(k)
         self.k = k
-        self.beta = _positive_float("beta", beta)
+        self.beta = _check_truncation_beta(k, beta)
         self.positions = _check_choice("positions", positions, POSITIONS)
         self.pair_force = _check_choice("pair_force", pair_force, PAIR_FORCES)
         self._check_chord_hessian(hessian)

@@ -255,6 +255,8 @@ def test_error_mismatched_feature_counts(letor, models):
           "--alpha", "5"], "approx objectives only"),
         (["train", "--train", "{train}", "--out", "m.txt", "--objective", "approx_ap",
           "--k", "5"], "--k does not apply to approx_ap"),
+        (["train", "--train", "{train}", "--out", "m.txt", "--beta", "3"],
+         "beta=3 has no effect without k"),
         (["train", "--train", "{train}", "--out", "m.txt", "--alpha", "-1"], "alpha"),
         (["train", "--train", "{train}", "--backend", "xgboost", "--out", "m.bin"], ".json"),
         (["evaluate", "--model", "missing.txt", "--data", "{test}"], "model file not found"),

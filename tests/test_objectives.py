@@ -299,6 +299,8 @@ def test_bad_input(scores, labels, ptr, match):
         (lambda: ApproxNDCG(k=0), ValueError, "k must be at least 1"),
         (lambda: ApproxNDCG(k=2.5), TypeError, "k must be"),
         (lambda: ApproxNDCG(hessian="newton"), ValueError, "hessian"),
+        (lambda: ApproxNDCG(beta=5.0), ValueError, "beta=5 has no effect without k"),
+        (lambda: ApproxNDCG(k=5, beta=20.0).replace(k=None), ValueError, "without k"),
         (lambda: ApproxAP(beta=0.0), ValueError, "beta"),
         (lambda: ApproxAP(threshold=float("inf")), ValueError, "threshold"),
         (lambda: ApproxAP(hessian_floor=-1.0), ValueError, "hessian_floor"),
