@@ -23,6 +23,7 @@ import os
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -218,8 +219,10 @@ def _approx_objective(name, **given):
         if key not in params:
             raise _usage(f"--{key} does not apply to {name}")
     try:
-        return ready.replace(**given)
-    except (TypeError, ValueError) as err:
+        with warnings.catch_warnings():  # an option without effect (beta without k)
+            warnings.simplefilter("error", UserWarning)
+            return ready.replace(**given)
+    except (TypeError, ValueError, UserWarning) as err:
         raise _usage(str(err)) from err
 
 

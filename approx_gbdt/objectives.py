@@ -20,6 +20,8 @@ import functools
 import inspect
 import math
 import numbers
+import os
+import sys
 import warnings
 import weakref
 import zlib
@@ -130,13 +132,23 @@ def _check_k(k):
 TRUNCATION_BETA = 10.0  # the truncation's default sharpness
 
 
+def _user_stacklevel():
+    """``stacklevel`` for :func:`warnings.warn` that points at the first frame outside this
+    package (the caller of ``warn`` is level 1)."""
+    frame, level = sys._getframe(1), 1
+    package = os.path.dirname(os.path.abspath(__file__))
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _check_truncation_beta(k, beta):
-    """``beta`` of the smoothed top-k truncation: a value other than the default without ``k``
-    would be silently unused."""
+    """``beta`` of the smoothed top-k truncation; a value other than the default without ``k``
+    is unused, which a ``UserWarning`` says."""
     beta = _positive_float("beta", beta)
     if k is None and beta != TRUNCATION_BETA:
-        raise ValueError(f"beta={beta:g} has no effect without k: it sharpens the smoothed "
-                         "top-k truncation")
+        warnings.warn(f"beta={beta:g} has no effect without k: it sharpens the smoothed top-k "
+                      "truncation", UserWarning, stacklevel=_user_stacklevel())
     return beta
 
 
@@ -722,7 +734,7 @@ class ApproxNDCG(_ApproxObjective):
           ``positions="sigmoid"`` and ``pair_force="tangent"``.
         - ``"constant"``: ``hessian_constant`` for every document of a non-trivial query.
     beta : float, default 10.0
-        Sharpness of the truncation; another value without ``k`` is an error.
+        Sharpness of the truncation; unused without ``k`` (another value then warns).
     hessian_floor : float, default 0.1
         Floor, relative to the bound (or ``alpha^2 S_k``), of the ``"mixed"`` (or
         ``"mixed_sum"``) Hessian.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -299,8 +300,6 @@ def test_bad_input(scores, labels, ptr, match):
         (lambda: ApproxNDCG(k=0), ValueError, "k must be at least 1"),
         (lambda: ApproxNDCG(k=2.5), TypeError, "k must be"),
         (lambda: ApproxNDCG(hessian="newton"), ValueError, "hessian"),
-        (lambda: ApproxNDCG(beta=5.0), ValueError, "beta=5 has no effect without k"),
-        (lambda: ApproxNDCG(k=5, beta=20.0).replace(k=None), ValueError, "without k"),
         (lambda: ApproxAP(beta=0.0), ValueError, "beta"),
         (lambda: ApproxAP(threshold=float("inf")), ValueError, "threshold"),
         (lambda: ApproxAP(hessian_floor=-1.0), ValueError, "hessian_floor"),
@@ -309,6 +308,21 @@ def test_bad_input(scores, labels, ptr, match):
 def test_bad_options(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_beta_without_k_warns():
+    """beta sharpens only the top-k truncation: another value without k warns (a k x beta
+    grid search still runs), at the user's line."""
+    with pytest.warns(UserWarning, match="beta=5 has no effect without k") as rec:
+        ApproxNDCG(beta=5.0)
+    assert rec[0].filename == __file__
+    with pytest.warns(UserWarning, match="beta=20 has no effect without k"):
+        ApproxNDCG(k=5, beta=20.0).replace(k=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ApproxNDCG(k=5, beta=20.0)
+        ApproxNDCG(beta=10.0)
+        ApproxNDCG(k=5, beta=20.0).replace(k=None, beta=10.0)
 
 
 def test_call_without_query_information():
