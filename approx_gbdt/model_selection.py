@@ -68,6 +68,9 @@ def query_order(n_rows, *, qid=None, group=None):
     qid = np.asarray(qid)
     if qid.shape != (n_rows,):
         raise ValueError(f"qid has shape {qid.shape}, expected ({n_rows},)")
+    if qid.dtype.kind == "f" and not np.all(np.isfinite(qid)):
+        raise ValueError("qid must be finite: a missing (NaN) or infinite query id leaves its "
+                         "rows in no query")
     order = None
     if np.any(qid[1:] < qid[:-1]):
         order = np.argsort(qid, kind="stable")
@@ -169,7 +172,10 @@ class QueryIdRanker(MetaEstimatorMixin, BaseEstimator):
     Attributes
     ----------
     ranker_ : estimator
-        The fitted clone.
+        The fitted clone (a DataFrame ``X`` reaches it as a DataFrame, rows reordered).
+    n_features_in_ : int
+    feature_names_in_ : numpy.ndarray of str
+        The fitted clone's, when it has them (a DataFrame ``X``).
     """
 
     def __init__(self, ranker):
@@ -178,17 +184,22 @@ class QueryIdRanker(MetaEstimatorMixin, BaseEstimator):
     def fit(self, X, y, *, qid, sample_weight=None, **fit_params):
         """Fit on ``X, y`` with per-document query ids ``qid`` (any order) and optional
         per-document ``sample_weight``; ``fit_params`` go to ``ranker.fit`` unchanged."""
-        X = X.tocsr() if hasattr(X, "tocsr") else np.asarray(X)
+        if hasattr(X, "tocsr"):
+            X = X.tocsr()
+        elif not hasattr(X, "iloc"):  # a DataFrame stays one: column names, categoricals
+            X = np.asarray(X)
         y = np.asarray(y)
         order, ptr = query_order(X.shape[0], qid=qid)
         if order is not None:
-            X, y = X[order], y[order]
+            X, y = (X.iloc[order] if hasattr(X, "iloc") else X[order]), y[order]
             if sample_weight is not None:
                 sample_weight = np.asarray(sample_weight)[order]
         if sample_weight is not None:
             fit_params["sample_weight"] = sample_weight
         self.ranker_ = clone(self.ranker).fit(X, y, group=np.diff(ptr), **fit_params)
         self.n_features_in_ = X.shape[1]
+        if hasattr(self.ranker_, "feature_names_in_"):
+            self.feature_names_in_ = self.ranker_.feature_names_in_
         return self
 
     def predict(self, X):

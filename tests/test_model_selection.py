@@ -85,6 +85,34 @@ def test_score_queries_sorts_rows_by_query(data):
     assert score_queries(s, y, group=np.diff(ptr), metric="map") == pytest.approx(expected)
 
 
+def test_score_queries_refuses_missing_query_ids(data):
+    X, y, qid = data
+    q = qid.astype(float)
+    q[3] = np.nan
+    with pytest.raises(ValueError, match="qid must be finite"):
+        score_queries(np.zeros(y.size), y, qid=q)
+
+
+def test_query_id_ranker_keeps_a_dataframe(data):
+    """A DataFrame reaches the ranker as one, rows reordered: its column names and a
+    categorical column, as with LGBMRanker itself."""
+    pd = pytest.importorskip("pandas")
+    X, y, qid = data
+    perm = np.random.default_rng(2).permutation(y.size)
+    frame = pd.DataFrame(X[perm], columns=[f"f{j}" for j in range(X.shape[1])])
+    frame["kind"] = pd.Categorical(np.array(list("abc"))[perm % 3])
+    model = QueryIdRanker(lgb.LGBMRanker(objective=approx_ndcg_obj, n_estimators=3,
+                                         min_child_samples=5, verbose=-1))
+    model.fit(frame, y[perm], qid=qid[perm])
+    assert model.ranker_.feature_name_ == list(frame.columns)
+    assert list(model.feature_names_in_) == list(frame.columns)
+    order = np.argsort(qid[perm], kind="stable")
+    direct = lgb.LGBMRanker(objective=approx_ndcg_obj, n_estimators=3, min_child_samples=5,
+                            verbose=-1).fit(frame.iloc[order], y[perm][order],
+                                            group=np.unique(qid, return_counts=True)[1])
+    np.testing.assert_allclose(model.predict(frame), direct.predict(frame))
+
+
 def test_xgb_ranker_parity_with_xgbranker(data, tmp_path):
     X, y, qid = data
     half = np.searchsorted(qid, np.median(qid))
