@@ -129,6 +129,8 @@ def _check_k(k):
     return _check_positive_int("k", k)
 
 
+MAX_GRADED_LEVELS = 32  # ApproxAP(graded=True): levels of relevance it accepts
+
 TRUNCATION_BETA = 10.0  # the truncation's default sharpness
 
 
@@ -1020,7 +1022,8 @@ class ApproxAP(_ApproxObjective):
         tangent forces it gains little. Costs up to ``T`` times the binary objective (with
         chord forces the levels share the positions, the sort, the windows, the sigmoids of
         the relevant pairs and the pair weights: 1.7-3.3 times chord forces alone with labels
-        0-4); with a single level it is the binary objective.
+        0-4); with a single level it is the binary objective. Labels with more than 32
+        distinct values at or above ``threshold`` (continuous scores) are refused.
     """
 
     # (the kernels' has_hessian: "mixed_sum" needs v <= 0; ApproxAP's coupled v can be positive)
@@ -1141,6 +1144,12 @@ class ApproxAP(_ApproxObjective):
         arrays = self._relevant_arrays(labels >= self.threshold, group_ptr)
         if self.graded:
             values = np.unique(labels[labels >= self.threshold])
+            if values.size > MAX_GRADED_LEVELS:
+                raise ValueError(
+                    f"graded=True makes one relevance level per distinct label at or above "
+                    f"the threshold, each costing a binary ApproxAP: these labels have "
+                    f"{values.size} (at most {MAX_GRADED_LEVELS}); round them to grades"
+                )
             arrays["levels"] = (
                 tuple(self._relevant_arrays(labels >= v, group_ptr) for v in values)
                 if values.size > 1 else (arrays,)

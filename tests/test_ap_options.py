@@ -337,6 +337,18 @@ def test_graded_levels_of_unusual_labels():
         assert not g.any() and not h.any()
 
 
+def test_graded_refuses_continuous_labels():
+    """One level per distinct label: continuous labels would make thousands of binary
+    ApproxAPs; 32 levels are taken, 33 refused."""
+    s, y, ptr = graded_queries(11)
+    rng = np.random.default_rng(0)
+    ApproxAP(graded=True).grad_hess(s, np.arange(y.size) % 33.0, ptr)  # levels 1..32
+    with pytest.raises(ValueError, match="these labels have 33 .at most 32.; round them"):
+        ApproxAP(graded=True).grad_hess(s, np.arange(y.size) % 34.0, ptr)
+    with pytest.raises(ValueError, match="round them to grades"):
+        ApproxAP(graded=True).grad_hess(s, rng.uniform(0, 4, y.size), ptr)
+
+
 def test_graded_saturation_warns_for_a_misordered_grade():
     """Labels 1, 2, 2 ranked 1 first with saturated sigmoids: no level-1 pair is misordered,
     but level 2 is (the binary objective at threshold 2 warns too)."""
