@@ -356,8 +356,8 @@ def _check_boosting_args(args):
         raise _usage(f"--rounds must be at least 1, got {args.rounds}")
     if args.patience < 1:
         raise _usage(f"--patience must be at least 1, got {args.patience}")
-    if not args.learning_rate > 0:
-        raise _usage(f"--learning-rate must be positive, got {args.learning_rate}")
+    if not 0 < args.learning_rate < float("inf"):
+        raise _usage(f"--learning-rate must be positive and finite, got {args.learning_rate}")
     if args.threads < 0:
         raise _usage(f"--threads must be 0 (all cores) or a positive count, got {args.threads}")
 
@@ -569,6 +569,10 @@ def cmd_train(args):
         raise _usage(f"XGBoost models are saved as .json or .ubj, got --out {out}")
     if not out.parent.is_dir():
         raise CLIError(f"output folder not found: {out.parent}")
+    if out.is_dir():
+        raise CLIError(f"--out {out} is a folder: give the model's file name")
+    if not os.access(out if out.exists() else out.parent, os.W_OK):
+        raise CLIError(f"cannot write {out}: permission denied")
     objective = _approx_objective(name, alpha=args.alpha, k=k, beta=args.beta) if is_approx \
         else name
     extra = _parse_params(args.param)
@@ -616,7 +620,7 @@ def cmd_train(args):
             raise CLIError(f"{train_name}: {err}") from err
         save = lambda: result.booster.save_model(  # noqa: E731
             out, num_iteration=result.best_iteration)
-        kind = "LightGBM text model"
+        kind, save_error = "LightGBM text model", lgb.basic.LightGBMError
     else:
         import xgboost as xgb
 
@@ -638,11 +642,11 @@ def cmd_train(args):
         except ValueError as err:
             raise CLIError(f"{train_name}: {err}") from err
         save = lambda: result.kept_booster().save_model(out)  # noqa: E731
-        kind = f"XGBoost {out.suffix[1:].upper()} model"
+        kind, save_error = f"XGBoost {out.suffix[1:].upper()} model", xgb.core.XGBoostError
     try:
         save()
-    except OSError as err:
-        raise CLIError(f"cannot write {out}: {err}") from err
+    except (OSError, save_error) as err:  # the hosts report a failed write as their own error
+        raise CLIError(f"cannot write {out}: {str(err).splitlines()[0]}") from err
     best_round, seconds = result.best_iteration, result.seconds
     trained = result.rounds_run
     summary = f"{_plural(trained, 'round')} in {seconds:.1f} s"
