@@ -45,6 +45,7 @@ from approx_gbdt.objectives import (
     _ApproxObjective,
     _check_k,
     _check_truncation_beta,
+    _fmt,
     _positive_float,
     approx_ap_obj,
     approx_ndcg_obj,
@@ -135,9 +136,9 @@ class _Separable(_ApproxObjective):
         return grad, hess
 
     def _options(self):
-        out = "" if self.k is None else f", k={self.k}, beta={self.beta:g}"
+        out = "" if self.k is None else f", k={self.k}, beta={_fmt(self.beta)}"
         if hasattr(self, "threshold"):
-            out += f", threshold={self.threshold:g}"
+            out += f", threshold={_fmt(self.threshold)}"
         return out
 
 
@@ -341,7 +342,7 @@ class ApproxRBP(_Separable):
         return (*super()._prep_key(), self.persistence)
 
     def _options(self):
-        return f", persistence={self.persistence:g}" + super()._options()
+        return f", persistence={_fmt(self.persistence)}" + super()._options()
 
 
 for _cls in (ApproxDCG, ApproxMRR, ApproxPrecision, ApproxRecall, ApproxRBP):

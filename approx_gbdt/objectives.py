@@ -268,6 +268,16 @@ def _option_names(cls):
     )
 
 
+def _option_default(cls, name):
+    return inspect.signature(cls.__init__).parameters[name].default
+
+
+def _fmt(x):
+    """A number for a repr: ``%g`` where that is exact, else every digit (round trip)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(float(x))
+
+
 @dataclass
 class _Prepared:
     """What one dataset needs at every iteration, computed once (see ``_prepare``)."""
@@ -558,11 +568,17 @@ class _ApproxObjective:
         return ""
 
     def __repr__(self):
-        opts = self._options()
-        scale = "" if self.hessian_scale == 1.0 else f", hessian_scale={self.hessian_scale:g}"
+        cls = type(self)
+        const = ""
+        if self.hessian == "constant" or (
+                self.hessian_constant != _option_default(cls, "hessian_constant")):
+            const = f", hessian_constant={_fmt(self.hessian_constant)}"
+        scale = ("" if self.hessian_scale == _option_default(cls, "hessian_scale")
+                 else f", hessian_scale={_fmt(self.hessian_scale)}")
         return (
-            f"{type(self).__name__}(alpha={self.alpha:g}{opts}, hessian={self.hessian!r}, "
-            f"hessian_floor={self.hessian_floor:g}{scale}, normalize={self.normalize})"
+            f"{cls.__name__}(alpha={_fmt(self.alpha)}{self._options()}, "
+            f"hessian={self.hessian!r}{const}, hessian_floor={_fmt(self.hessian_floor)}{scale}, "
+            f"normalize={self.normalize})"
         )
 
 
@@ -855,15 +871,15 @@ class ApproxNDCG(_ApproxObjective):
             )
 
     def _options(self):
-        text = "" if self.k is None else f", k={self.k}, beta={self.beta:g}"
+        text = "" if self.k is None else f", k={self.k}, beta={_fmt(self.beta)}"
         if self.positions != "sigmoid":
             text += f", positions={self.positions!r}"
         if self.pair_force != "tangent":
             text += f", pair_force={self.pair_force!r}"
         if self.noise:
-            text += f", noise={self.noise:g}, random_state={self.random_state!r}"
+            text += f", noise={_fmt(self.noise)}, random_state={self.random_state!r}"
         if self.lambdaloss:
-            text += f", lambdaloss={self.lambdaloss:g}"
+            text += f", lambdaloss={_fmt(self.lambdaloss)}"
         if self.lambdaloss_window is not None:
             text += f", lambdaloss_window={self.lambdaloss_window}"
         return text
@@ -1071,7 +1087,7 @@ class ApproxAP(_ApproxObjective):
             )
 
     def _options(self):
-        text = f", beta={self.beta:g}, threshold={self.threshold:g}"
+        text = f", beta={_fmt(self.beta)}, threshold={_fmt(self.threshold)}"
         if self.pair_force != "tangent":
             text += f", pair_force={self.pair_force!r}"
         if self.graded:

@@ -99,9 +99,10 @@ def close(actual, expected, ptr):
 @pytest.mark.parametrize("k", [None, 3])
 def test_label_aware_positions_against_autograd(ties, k):
     s, y, ptr = queries(1, ties=ties)
-    kw = {"alpha": 2.0, "k": k, "beta": 2.0}
+    beta = 2.0 if k else 10.0  # the truncation's sharpness (unused without k)
+    kw = {"alpha": 2.0, "k": k, "beta": beta}
     values, grad, diag = autograd_reference(torch_label_aware_ndcg, s, y, ptr, **kw)
-    obj = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions="label_aware", normalize=False)
+    obj = ApproxNDCG(alpha=2.0, k=k, beta=beta, positions="label_aware", normalize=False)
     ptr_multi = np.diff(ptr) > 1
     np.testing.assert_allclose(obj.value(s, y, ptr)[ptr_multi], values[ptr_multi], rtol=RTOL)
     g, h = obj.grad_hess(s, y, ptr, hessian="exact")
@@ -120,17 +121,18 @@ def test_label_aware_positions_against_autograd(ties, k):
 @pytest.mark.parametrize("k", [None, 3])
 def test_chord_forces_against_numpy(aware, k, force, spread):
     s, y, ptr = queries(2, spread=spread)  # distinct scores: the difference quotient is exact
-    obj = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions="label_aware" if aware else "sigmoid",
+    beta = 2.0 if k else 10.0  # the truncation's sharpness (unused without k)
+    obj = ApproxNDCG(alpha=2.0, k=k, beta=beta, positions="label_aware" if aware else "sigmoid",
                      pair_force=force, hessian="bound", normalize=False)
     g, h = obj.grad_hess(s, y, ptr)
-    g_ref, h_ref = numpy_chord(s, y, ptr, alpha=2.0, aware=aware, k=k, beta=2.0,
+    g_ref, h_ref = numpy_chord(s, y, ptr, alpha=2.0, aware=aware, k=k, beta=beta,
                                swap=force == "swap")
     close(g, g_ref, ptr)
     close(h, h_ref, ptr)
     # "mixed": the surrogate's exact diagonal, floored by the chord bound
-    _, diag = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions=obj.positions, hessian="exact",
+    _, diag = ApproxNDCG(alpha=2.0, k=k, beta=beta, positions=obj.positions, hessian="exact",
                          normalize=False).grad_hess(s, y, ptr)
-    _, h_mixed = ApproxNDCG(alpha=2.0, k=k, beta=2.0, positions=obj.positions,
+    _, h_mixed = ApproxNDCG(alpha=2.0, k=k, beta=beta, positions=obj.positions,
                             pair_force=force, normalize=False).grad_hess(s, y, ptr)
     np.testing.assert_allclose(h_mixed, np.maximum(diag, 0.1 * h_ref), rtol=1e-6,
                                atol=1e-12 * np.abs(h_ref).max())

@@ -69,6 +69,22 @@ def test_lightgbm_model_is_alpha_invariant(cls):
     np.testing.assert_allclose(preds[1], preds[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("obj", [
+    ApproxAP(hessian_scale=1.0),
+    ApproxAP(alpha=1 / 3, beta=0.1, threshold=2.5, graded=True),
+    ApproxNDCG(hessian="constant", hessian_constant=2.0),
+    ApproxNDCG(k=5, beta=1 / 7, hessian_floor=0.05, hessian_scale=0.5, normalize=False),
+    parse_objective("approx_rbp", persistence=0.9),
+])
+def test_repr_round_trips(obj):
+    """The repr names every option that differs from its class's default, at full precision:
+    evaluated, it is the same objective."""
+    import approx_gbdt
+
+    again = eval(repr(obj), vars(approx_gbdt))
+    assert type(again) is type(obj) and again.get_options() == obj.get_options()
+
+
 def test_ready_made_defaults():
     """The defaults chosen in docs/why_these_defaults.md."""
     assert approx_ndcg_obj.hessian == "mixed" and approx_ndcg_obj.hessian_floor == 0.1
