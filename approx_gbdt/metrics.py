@@ -56,6 +56,7 @@ __all__ = [
     "ndcg",
     "parse_metric",
     "precision",
+    "query_weights",
     "rbp",
     "recall",
 ]
@@ -486,7 +487,7 @@ def mrr(scores, labels, group_ptr, *, threshold: float = 1.0, ties: str = "worst
     return _mrr_kernel(ranked, ptr, threshold)
 
 
-def mean_over_queries(values, *, undefined: str = "exclude") -> float:
+def mean_over_queries(values, *, undefined: str = "exclude", weights=None) -> float:
     """Mean of per-query values, with a stated rule for undefined (NaN) queries.
 
     Parameters
@@ -497,30 +498,72 @@ def mean_over_queries(values, *, undefined: str = "exclude") -> float:
         ``"exclude"`` (default, as Bruch et al. 2019) averages over the defined queries only;
         ``"one"`` counts an undefined query as 1 (LightGBM's rule for ``ndcg`` and ``map``);
         ``"zero"`` counts it as 0.
+    weights : array_like of float, shape (n_queries,), optional
+        Query weights (finite, non-negative): the weighted mean ``sum w_q v_q / sum w_q`` over
+        the queries counted, as LightGBM's and XGBoost's ranking metrics take weights.
 
     Returns
     -------
     float
         The mean; NaN when there is nothing to average (no query, or every query undefined
-        under ``"exclude"``).
+        under ``"exclude"``, or zero total weight).
 
     Examples
     --------
     >>> mean_over_queries([0.5, float("nan")]), mean_over_queries([0.5, float("nan")],
     ...                                                           undefined="one")
     (0.5, 0.75)
+    >>> mean_over_queries([0.5, 1.0], weights=[3.0, 1.0])
+    0.625
     """
     if undefined not in _UNDEFINED:
         raise ValueError(f"undefined must be one of {_UNDEFINED}, got {undefined!r}")
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D, got shape {values.shape}")
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != values.shape:
+            raise ValueError(f"weights has shape {weights.shape}, expected {values.shape} "
+                             "(one per query)")
+        if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            raise ValueError("weights must be finite and non-negative")
     missing = np.isnan(values)
     if undefined == "exclude":
         values = values[~missing]
+        weights = None if weights is None else weights[~missing]
     else:
         values = np.where(missing, 1.0 if undefined == "one" else 0.0, values)
-    return float(values.mean()) if values.size else float("nan")
+    if weights is None:
+        return float(values.mean()) if values.size else float("nan")
+    total = weights.sum()
+    return float(weights @ values / total) if total > 0 else float("nan")
+
+
+def query_weights(weights, group_ptr):
+    """Per-query weights from per-query (``n_queries``) or per-document (``n``) ones.
+
+    A query's weight from per-document weights is the mean of its documents', as LightGBM's
+    ranking metrics take them. ``None`` stays ``None``.
+
+    Examples
+    --------
+    >>> query_weights([1.0, 3.0, 5.0], [0, 2, 3]).tolist()
+    [2.0, 5.0]
+    """
+    if weights is None:
+        return None
+    ptr = np.asarray(group_ptr, dtype=np.int64)
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    nq, n = ptr.shape[0] - 1, int(ptr[-1])
+    if w.shape[0] == nq:
+        return w
+    if w.shape[0] != n:
+        raise ValueError(f"{w.shape[0]} weights for {nq} queries of {n} documents: give one "
+                         "per query or one per document")
+    sizes = np.diff(ptr)
+    sums = np.bincount(np.repeat(np.arange(nq), sizes), weights=w, minlength=nq)
+    return np.divide(sums, sizes, out=np.zeros(nq), where=sizes > 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -610,6 +653,7 @@ def evaluate(
     threshold: float = 1.0,
     ties: str = "worst",
     undefined: str = "exclude",
+    weights=None,
 ) -> dict[str, float]:
     """Mean over queries of several measures, ranking each query once.
 
@@ -623,6 +667,9 @@ def evaluate(
         As in :func:`average_precision`; ``threshold`` is not used by NDCG.
     undefined : {"exclude", "one", "zero"}
         Rule for queries with no relevant document, see :func:`mean_over_queries`.
+    weights : array_like of float, optional
+        Query weights for a weighted mean: one per query, or one per document (a query's
+        weight is then the mean of its documents', as in LightGBM; :func:`query_weights`).
 
     Returns
     -------
@@ -640,9 +687,11 @@ def evaluate(
         raise ValueError(f"undefined must be one of {_UNDEFINED}, got {undefined!r}")
     scores, labels, ptr = _check_inputs(scores, labels, group_ptr)
     threshold = _check_threshold(threshold)
+    qw = query_weights(weights, ptr)
     ranked = _ranked_labels(scores, labels, ptr, _check_ties(ties))
     return {
-        spec.name: mean_over_queries(_per_query(spec, ranked, ptr, threshold), undefined=undefined)
+        spec.name: mean_over_queries(_per_query(spec, ranked, ptr, threshold),
+                                     undefined=undefined, weights=qw)
         for spec in specs
     }
 
@@ -673,7 +722,9 @@ def make_lightgbm_feval(
         Metric names (see :func:`parse_metric`), e.g. ``make_lightgbm_feval("ndcg@10", "map")``.
     threshold, ties, undefined
         As in :func:`evaluate`. ``ties="stable", undefined="one"`` reproduces LightGBM's own
-        ``ndcg`` metric.
+        ``ndcg`` metric; with weights, where every query has a relevant document (LightGBM
+        adds a query without one as 1 whatever its weight, then divides by the total weight;
+        here it counts 1 at its weight).
     prefix : str, default ""
         Put before every name that LightGBM logs and records. LightGBM keys its evaluation
         history by name: next to its own metric of the same name (``"metric": "ndcg"`` with
@@ -685,7 +736,8 @@ def make_lightgbm_feval(
     -------
     callable
         ``feval(preds, eval_data) -> [(prefix + name, value, True), ...]``. Query sizes come
-        from ``eval_data.get_group()``; per-document weights of ``eval_data`` are ignored.
+        from ``eval_data.get_group()``; with per-document weights on ``eval_data`` each query
+        weighs the mean of its documents' weights, as in LightGBM's own metrics.
     """
     specs = _flatten_specs(metrics)
     options = {"threshold": threshold, "ties": ties, "undefined": undefined}
@@ -694,7 +746,8 @@ def make_lightgbm_feval(
 
     def feval(preds, eval_data):
         data = host_data(eval_data)
-        values = evaluate(preds, data.labels, data.group_ptr, specs, **options)
+        values = evaluate(preds, data.labels, data.group_ptr, specs, weights=data.weights,
+                          **options)
         return [(prefix + name, value, True) for name, value in values.items()]
 
     return feval
@@ -714,7 +767,9 @@ def make_xgboost_metric(
     *metrics : str or list of str
         Metric names (see :func:`parse_metric`), e.g. ``make_xgboost_metric("ndcg@10")``.
     threshold, ties, undefined
-        As in :func:`evaluate`.
+        As in :func:`evaluate`. ``ties="stable", undefined="one"`` gives XGBoost's ``ndcg``
+        (with weights, where every query has a relevant document: XGBoost, as LightGBM, adds
+        a query without one as 1 whatever its weight).
     prefix : str, default ""
         Put before every name. XGBoost keys ``evals_result`` by name: next to its own
         ``eval_metric`` of the same name (``"ndcg@5"``) both values land in one list, so give
@@ -725,8 +780,9 @@ def make_xgboost_metric(
     -------
     callable
         ``metric(predt, dmatrix) -> (name, value)`` for one metric, or a list of such pairs for
-        several. Query boundaries come from ``dmatrix.get_uint_info("group_ptr")``. Every value
-        is higher-is-better: pass ``maximize=True`` to ``xgboost.train`` for early stopping.
+        several. Query boundaries come from ``dmatrix.get_uint_info("group_ptr")``, query
+        weights (XGBoost's, one per query) from ``dmatrix.get_weight()``. Every value is
+        higher-is-better: pass ``maximize=True`` to ``xgboost.train`` for early stopping.
     """
     specs = _flatten_specs(metrics)
     options = {"threshold": threshold, "ties": ties, "undefined": undefined}
@@ -735,7 +791,8 @@ def make_xgboost_metric(
 
     def metric(predt, dmatrix):
         data = host_data(dmatrix)
-        values = evaluate(predt, data.labels, data.group_ptr, specs, **options)
+        values = evaluate(predt, data.labels, data.group_ptr, specs, weights=data.weights,
+                          **options)
         pairs = [(prefix + name, value) for name, value in values.items()]
         return pairs[0] if len(pairs) == 1 else pairs
 

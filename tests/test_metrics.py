@@ -585,6 +585,59 @@ def test_xgboost_metric_inside_train():
         metric(np.zeros(yv.size), xgb.DMatrix(Xv, yv))
 
 
+def _relevant_everywhere(seed):
+    X, y, sizes, ptr = ranking_data(seed)
+    for a in ptr[:-1]:  # a relevant document in every query: the hosts' weighted rule for
+        y[a] = max(y[a], 2.0)  # a query without one is not a weighted mean (adapter docs)
+    return X, y, sizes, ptr
+
+
+def test_weighted_metrics_match_the_hosts():
+    """With weights on the evaluation data, the adapters' NDCG and MAP equal LightGBM's (a
+    query weighs the mean of its documents' weights) and XGBoost's (one weight per query)."""
+    X, y, sizes, _ = ranking_data(9)
+    Xv, yv, sizes_v, ptr_v = _relevant_everywhere(10)
+    rng = np.random.default_rng(11)
+    qw = rng.uniform(0.1, 3.0, sizes_v.size)
+    dw = np.repeat(qw, sizes_v) * rng.uniform(0.5, 1.5, yv.size)  # varies within a query
+    init = rng.uniform(0, 1e-3, size=yv.size)  # distinct scores: LightGBM's sort is unstable
+    train = lgb.Dataset(X, y, group=sizes)
+    valid = lgb.Dataset(Xv, yv, group=sizes_v, weight=dw, init_score=init, reference=train)
+    record = {}
+    params = {"objective": "lambdarank", "metric": ["ndcg", "map"], "eval_at": [5],
+              "num_leaves": 4, "verbose": -1, "num_threads": 1}
+    lgb.train(params, train, num_boost_round=3, valid_sets=[valid], valid_names=["v"],
+              feval=make_lightgbm_feval("ndcg@5", "map@5", ties="stable", undefined="one",
+                                        prefix="ag_"),
+              callbacks=[lgb.record_evaluation(record)])
+    for name in ("ndcg@5", "map@5"):
+        # (LightGBM keeps the weights in float32)
+        assert record["v"]["ag_" + name][-1] == pytest.approx(record["v"][name][-1], rel=1e-7)
+
+    dtrain = xgb.DMatrix(X, y, group=sizes)
+    dvalid = xgb.DMatrix(Xv, yv, group=sizes_v, weight=qw)
+    record = {}
+    xgb.train({"objective": "rank:ndcg", "max_depth": 3, "eval_metric": ["ndcg@5"],
+               "nthread": 1}, dtrain, num_boost_round=3, evals=[(dvalid, "v")],
+              custom_metric=make_xgboost_metric("ndcg@5", ties="stable", undefined="one",
+                                                prefix="ag_"),
+              evals_result=record, verbose_eval=False)
+    assert record["v"]["ag_ndcg@5"][-1] == pytest.approx(record["v"]["ndcg@5"][-1], rel=1e-5)
+
+
+def test_evaluate_with_weights():
+    s, y = np.array([3.0, 2.0, 1.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0, 1.0, 0.0])
+    ptr = np.array([0, 3, 5])
+    per_query = ndcg(s, y, ptr)
+    got = evaluate(s, y, ptr, "ndcg", weights=[1.0, 1.0, 1.0, 2.0, 4.0])["ndcg"]
+    assert got == pytest.approx((per_query[0] * 1.0 + per_query[1] * 3.0) / 4.0)
+    assert evaluate(s, y, ptr, "ndcg", weights=[1.0, 3.0])["ndcg"] == pytest.approx(got)
+    with pytest.raises(ValueError, match="one per query or one per document"):
+        evaluate(s, y, ptr, "ndcg", weights=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="non-negative"):
+        evaluate(s, y, ptr, "ndcg", weights=[1.0, -3.0])
+
+
 def test_metric_prefix_keeps_the_hosts_own_metric_apart():
     """LightGBM's ndcg@5 and approx_gbdt's, side by side: with a prefix each has its own
     history (without one both land under one key, two values a round)."""
