@@ -179,8 +179,9 @@ def _parse_objective(name, backend, k):
     from approx_gbdt.measures import MEASURES
 
     base, at, cutoff = name.partition("@")
-    info = MEASURES.get(base)
+    info = MEASURES.get(base.strip().lower())  # as parse_objective: any case
     if info is not None:
+        base = base.strip().lower()
         if at:
             if info.cutoff == "none":
                 raise _usage(f"objective {name!r}: {base} takes no cutoff")

@@ -448,14 +448,14 @@ def parse_objective(spec, **options):
     if not isinstance(spec, str):
         raise TypeError(f"an objective name must be a string, got {spec!r}")
     text = spec.strip().lower()
-    name, _, cutoff = text.partition("@")
+    name, at, cutoff = text.partition("@")
     info = MEASURES.get(name)
     if info is None:
         raise ValueError(
             f"unknown objective {spec!r}: expected one of {', '.join(MEASURES)} "
             "(with @k for a cutoff, e.g. 'approx_ndcg@10')"
         )
-    if cutoff:
+    if at:
         if info.cutoff == "none":
             raise ValueError(f"objective {spec!r}: {name} takes no cutoff")
         if not cutoff.isdigit() or int(cutoff) < 1:

@@ -314,6 +314,9 @@ class _ApproxObjective:
             raise ValueError(f"hessian_floor must be positive and finite, got {hessian_floor!r}")
         self.hessian_floor = float(hessian_floor)
         self.hessian_constant = _positive_float("hessian_constant", hessian_constant)
+        if not (isinstance(normalize, (bool, np.bool_))
+                or isinstance(normalize, numbers.Integral) and normalize in (0, 1)):
+            raise TypeError(f"normalize must be True or False, got {normalize!r}")
         self.normalize = bool(normalize)
         self.hessian_scale = _positive_float("hessian_scale", hessian_scale)
         self._cache = []

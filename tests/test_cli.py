@@ -302,6 +302,7 @@ def test_every_registered_objective_by_name():
             assert _approx_objective(base, k=k).k == 4
         obj = _approx_objective(name, alpha=2.0)
         assert type(obj) is info.objective and obj.alpha == 2.0
+        assert _parse_objective(name.upper(), "lightgbm", None) == (name, None)  # any case
 
 
 def test_compare_runs_the_quality_benchmark_in_process(tmp_path, capsys):

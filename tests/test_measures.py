@@ -228,6 +228,10 @@ def test_parse_objective_errors():
         parse_objective("approx_ap@5")
     with pytest.raises(ValueError, match="positive integer"):
         parse_objective("approx_ndcg@0")
+    with pytest.raises(ValueError, match="positive integer"):
+        parse_objective("approx_ndcg@")
+    with pytest.raises(ValueError, match="takes no cutoff"):
+        parse_objective("approx_ap@")
     with pytest.raises(TypeError):
         parse_objective(3)
     with pytest.warns(UserWarning, match="no effect without k"):

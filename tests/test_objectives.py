@@ -300,6 +300,8 @@ def test_bad_input(scores, labels, ptr, match):
         (lambda: ApproxNDCG(k=0), ValueError, "k must be at least 1"),
         (lambda: ApproxNDCG(k=2.5), TypeError, "k must be"),
         (lambda: ApproxNDCG(hessian="newton"), ValueError, "hessian"),
+        (lambda: ApproxNDCG(normalize="no"), TypeError, "normalize must be True or False"),
+        (lambda: ApproxAP(normalize=2), TypeError, "normalize must be True or False"),
         (lambda: ApproxAP(beta=0.0), ValueError, "beta"),
         (lambda: ApproxAP(threshold=float("inf")), ValueError, "threshold"),
         (lambda: ApproxAP(hessian_floor=-1.0), ValueError, "hessian_floor"),
