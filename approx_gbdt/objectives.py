@@ -191,6 +191,8 @@ def gumbel_perturbed(scores, *, alpha, noise, random_state):
     >>> bool(np.array_equal(a, b)), bool(np.array_equal(a, s))
     (True, False)
     """
+    noise = _check_noise(noise, random_state)
+    alpha = _positive_float("alpha", alpha)
     s = np.asarray(scores, dtype=np.float64)
     if noise == 0.0:
         return s

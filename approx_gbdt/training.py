@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,12 @@ def _xgboost_dmatrix(data):
     return d
 
 
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def fit_ranker(
     backend: str,
     objective,
@@ -124,7 +131,7 @@ def fit_ranker(
     train : lightgbm.Dataset, xgboost.DMatrix or data with ``X``, ``y``, ``group_ptr``
         (e.g. :class:`approx_gbdt.RankingData`; an optional ``weights`` attribute is passed on
         with the host's weight convention).
-    valid : the same, or a list of them, optional
+    valid : the same, or a list or tuple of them, optional
         Validation data.
     valid_names : list of str, optional
         Their names in ``evals_result`` (default ``valid_0``, ``valid_1``, ...).
@@ -147,10 +154,12 @@ def fit_ranker(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, int) \
-            or num_boost_round < 1:
-        raise ValueError(f"num_boost_round must be a positive integer, got {num_boost_round!r}")
-    valid = [] if valid is None else list(valid) if isinstance(valid, list) else [valid]
+    num_boost_round = _positive_int("num_boost_round", num_boost_round)
+    if early_stopping_rounds is not None:
+        early_stopping_rounds = _positive_int("early_stopping_rounds", early_stopping_rounds)
+    # several validation sets: a list or tuple of them (a RankingData is a tuple of arrays)
+    several = isinstance(valid, (list, tuple)) and not hasattr(valid, "X")
+    valid = [] if valid is None else list(valid) if several else [valid]
     if early_stopping_rounds is not None and not valid:
         raise ValueError("early_stopping_rounds needs validation data (valid=)")
     names = [f"valid_{i}" for i in range(len(valid))] if valid_names is None \

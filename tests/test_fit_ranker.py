@@ -51,10 +51,21 @@ def test_host_data_is_accepted_as_it_is():
     assert set(c.evals_result) == {"valid_0", "valid_1"}
 
 
+def test_numpy_counts_and_a_tuple_of_validation_sets():
+    fit = fit_ranker("lightgbm", approx_ndcg_obj, TRAIN, (VALID, TEST),
+                     params=PARAMS["lightgbm"], num_boost_round=np.int64(4),
+                     early_stopping_rounds=np.int32(2), metric="ndcg@10")
+    assert set(fit.evals_result) == {"valid_0", "valid_1"} and fit.rounds_run <= 4
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="backend"):
         fit_ranker("catboost", approx_ndcg_obj, TRAIN)
     with pytest.raises(ValueError, match="num_boost_round"):
         fit_ranker("lightgbm", approx_ndcg_obj, TRAIN, num_boost_round=0)
+    with pytest.raises(ValueError, match="num_boost_round"):
+        fit_ranker("lightgbm", approx_ndcg_obj, TRAIN, num_boost_round=2.5)
+    with pytest.raises(ValueError, match="early_stopping_rounds"):
+        fit_ranker("lightgbm", approx_ndcg_obj, TRAIN, VALID, early_stopping_rounds=0)
     with pytest.raises(ValueError, match="needs validation data"):
         fit_ranker("lightgbm", approx_ndcg_obj, TRAIN, early_stopping_rounds=5)

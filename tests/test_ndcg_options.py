@@ -206,6 +206,18 @@ def test_noise_zero_is_the_plain_objective_and_seeds_reproduce():
                                   ApproxNDCG().value(s, y, ptr))
 
 
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"alpha": 0.0}, ValueError, "alpha"),
+    ({"noise": -1.0}, ValueError, "noise"),
+    ({"noise": float("nan")}, ValueError, "noise"),
+    ({"random_state": -2}, ValueError, "random_state"),
+])
+def test_gumbel_perturbed_checks_its_options(kw, exc, match):
+    options = {"alpha": 10.0, "noise": 1.0, "random_state": 0, **kw}
+    with pytest.raises(exc, match=match):
+        gumbel_perturbed(np.zeros(3), **options)
+
+
 def test_gumbel_noise_has_the_stated_scale():
     s = np.zeros(200_000)
     eps = gumbel_perturbed(s, alpha=4.0, noise=2.0, random_state=0) * 4.0 / 2.0
