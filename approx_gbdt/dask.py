@@ -56,6 +56,11 @@ def _require(module: str):
         ) from exc
 
 
+def _shown(query_id):
+    """A query id as the user wrote it (``3``, ``'q3'``; not ``np.int64(3)``)."""
+    return repr(query_id.item() if isinstance(query_id, np.generic) else query_id)
+
+
 class SplitQueryError(ValueError):
     """A query's rows are spread over several partitions or workers (or are not contiguous)."""
 
@@ -160,7 +165,7 @@ def check_query_partitions(df, qid: str) -> QueryLayout:
             dup = pd.Series(firsts)
             bad = dup[dup.duplicated()].iloc[0]
             raise SplitQueryError(
-                f"the rows of query {bad!r} are not contiguous in partition {i}; "
+                f"the rows of query {_shown(bad)} are not contiguous in partition {i}; "
                 "use approx_gbdt.dask.partition_by_query to group them"
             )
     ids = np.concatenate([s[0] for s in summaries]) if summaries else np.zeros(0)
@@ -172,7 +177,7 @@ def check_query_partitions(df, qid: str) -> QueryLayout:
             shown = []
             for q in split.index[:5]:
                 where = sorted(set(owner[ids == q].tolist()))
-                shown.append(f"{q!r} in partitions {where}")
+                shown.append(f"{_shown(q)} in partitions {where}")
             raise SplitQueryError(
                 f"{split.shape[0]} quer{'y is' if split.shape[0] == 1 else 'ies are'} split "
                 f"across partitions ({'; '.join(shown)}"

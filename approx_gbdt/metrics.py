@@ -240,7 +240,7 @@ def _check_k(k, *, required: bool) -> int | None:
         raise TypeError(f"k must be an integer >= 1 or None, got {k!r}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    return int(k)
+    return min(int(k), 2**62)  # beyond every list: the whole list (and an int64 for Numba)
 
 
 def _check_ties(ties) -> bool:

@@ -163,7 +163,7 @@ def test_check_detects_split_and_partition_fixes_it(client, data):
 
 def test_check_detects_non_contiguous_rows(client):
     df = pd.DataFrame({"qid": [1, 2, 1], "y": [0.0, 1.0, 2.0], "f": [0.0, 1.0, 2.0]})
-    with pytest.raises(adask.SplitQueryError, match="not contiguous"):
+    with pytest.raises(adask.SplitQueryError, match="query 1 are not contiguous"):
         adask.check_query_partitions(dd.from_pandas(df, npartitions=1), "qid")
 
 

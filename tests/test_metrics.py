@@ -625,6 +625,11 @@ def test_weighted_metrics_match_the_hosts():
     assert record["v"]["ag_ndcg@5"][-1] == pytest.approx(record["v"]["ndcg@5"][-1], rel=1e-5)
 
 
+def test_a_cutoff_beyond_any_list_is_the_whole_list():
+    s, y, ptr = np.array([1.0, 2.0, 3.0]), np.array([2.0, 1.0, 0.0]), np.array([0, 3])
+    assert ndcg(s, y, ptr, k=2**64)[0] == ndcg(s, y, ptr)[0]
+
+
 def test_evaluate_with_weights():
     s, y = np.array([3.0, 2.0, 1.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0, 1.0, 0.0])
     ptr = np.array([0, 3, 5])
