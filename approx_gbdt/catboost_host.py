@@ -18,13 +18,19 @@ instead of training on wrong derivatives):
    derivatives of ``-L``). Before the first iteration every score is 0 (no baseline).
 
 The metric reports the mean NDCG@``eval_at`` (``approx_gbdt.metrics.ndcg``: equal scores
-ranked worst case, queries without a relevant document excluded) on the training pool and on
-the one evaluation pool given, so CatBoost's early stopping runs on it.
+ranked worst case, queries without a relevant document excluded; 0 when no query of the pool
+has a relevant document) on the training pool and on the one evaluation pool given, so
+CatBoost's early stopping runs on it. An evaluation pool without a relevant document is
+refused when the adapter is built: its NDCG would not change, and early stopping could not
+select a model on it.
 
 Requirements (:attr:`CatBoostObjective.catboost_params` sets the first three): ``boosting_type
 ='Plain'`` (ordered boosting keeps one score vector per permutation), ``leaf_estimation_iterations
 =1`` (later Newton steps evaluate shifted scores), ``metric_period=1`` and the adapter's metric as
-``eval_metric``; no sample weights, no baseline and no ``init_model``. ``fit`` deep-copies its
+``eval_metric``. Not supported: sample weights, a baseline, ``init_model``,
+``model_shrink_rate`` and ``langevin=True`` (which shrinks the model too): shrinkage rescales
+the scores after the metric has seen them, so the derivatives CatBoost asks for are at scores
+the adapter does not know. ``fit`` deep-copies its
 parameters, so every fit works on its own copy of the adapter (which starts from scores 0) and
 one adapter serves several fits on the same training pool. Bootstrap (Bayesian, Bernoulli, MVS),
 ``rsm`` and ``random_strength`` work as with CatBoost's own losses: they act after the
@@ -57,7 +63,8 @@ class CatBoostObjective:
     group_ptr : array_like of int, shape (n_queries + 1,)
         Query boundaries of the training pool.
     eval_set : (labels, group_ptr), optional
-        Labels and query boundaries of the one evaluation pool passed to ``fit``.
+        Labels and query boundaries of the one evaluation pool passed to ``fit``; at least one
+        of its queries must have a relevant document (label > 0).
     eval_at : int, default 10
         Cut-off of the NDCG reported by :attr:`metric`.
 
@@ -100,6 +107,12 @@ class CatBoostObjective:
             eval_labels, eval_ptr = eval_set
             eval_labels = np.asarray(eval_labels, dtype=np.float64).ravel()
             eval_set = (eval_labels, check_group_ptr(eval_ptr, eval_labels.shape[0]))
+            if not np.any(eval_labels > 0):
+                raise ValueError(
+                    "no query of eval_set has a relevant document (label > 0): its NDCG, the "
+                    "metric CatBoost's early stopping and use_best_model read, would be the "
+                    "same for every model"
+                )
         self.eval_set = eval_set
         if isinstance(eval_at, bool) or not isinstance(eval_at, (int, np.integer)) or eval_at < 1:
             raise ValueError(f"eval_at must be a positive integer, got {eval_at!r}")
@@ -133,10 +146,13 @@ class CatBoostObjective:
         approx = np.asarray(approxes, dtype=np.float64)
         if not np.array_equal(approx, self._scores[idx]):
             raise RuntimeError(
-                "CatBoost asked for derivatives at scores the adapter has not seen: use "
-                "CatBoostObjective.catboost_params (boosting_type='Plain', "
+                "CatBoost asked for derivatives at scores the adapter has not seen (its metric "
+                "keeps the training pool's scores after each iteration). The adapter needs the "
+                "settings of CatBoostObjective.catboost_params (boosting_type='Plain', "
                 "leaf_estimation_iterations=1, metric_period=1, eval_metric=host.metric) and "
-                "no baseline or init_model"
+                "does not support a baseline or init_model (scores other than 0 at the start), "
+                "model_shrink_rate or langevin=True (which shrink the scores after the metric "
+                "has seen them)"
             )
         if self._ders is None:
             grad, hess = self.objective.grad_hess(self._scores, self.labels, self.group_ptr)
@@ -151,8 +167,9 @@ class CatBoostObjective:
 
 class NDCGMetric:
     """CatBoost's user-defined metric side of :class:`CatBoostObjective`: the mean NDCG@k on
-    the training pool (whose scores it keeps for the next iteration) or the eval_set.
-    CatBoost reports it under this class name."""
+    the training pool (whose scores it keeps for the next iteration) or the eval_set, over
+    the queries with a relevant document; 0 when the pool has none (CatBoost cannot write
+    NaN). CatBoost reports it under this class name."""
 
     def __init__(self, host):
         self.host = host
@@ -183,7 +200,8 @@ class NDCGMetric:
                 f"CatBoostObjective's metric got a pool of {target.size} rows that is neither "
                 "the training pool (label = pool_label) nor the eval_set given to it"
             )
-        return mean_over_queries(ndcg(scores, labels, ptr, k=host.eval_at)), 1.0
+        value = mean_over_queries(ndcg(scores, labels, ptr, k=host.eval_at))
+        return (0.0 if np.isnan(value) else value), 1.0
 
     def __repr__(self):
         return f"NDCG@{self.host.eval_at}"

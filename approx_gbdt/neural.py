@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from sklearn.exceptions import NotFittedError
 
 from approx_gbdt import _torch_measures
 from approx_gbdt.metrics import average_precision, mean_over_queries, ndcg
+from approx_gbdt.objectives import TRUNCATION_BETA, queries_to_rank, rank_requirement
 from approx_gbdt.utils import group_ptr_from_sizes
 
 __all__ = [
@@ -418,7 +420,9 @@ def _map(scores, labels, group_ptr, k=None, threshold=1.0):
 def _as_2d_float(X, name):
     if hasattr(X, "toarray"):  # scipy sparse (load_svmlight_file)
         X = X.toarray()
-    X = np.asarray(X, dtype=np.float64)
+    # writable and C-contiguous: a pandas DataFrame may give a read-only view, which
+    # torch.as_tensor would share (with a warning)
+    X = np.require(X, dtype=np.float64, requirements=["C", "W"])
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D [n_documents, n_features], got shape {X.shape}")
     if X.shape[0] == 0:
@@ -430,7 +434,7 @@ def _as_2d_float(X, name):
 
 def _check_xyg(X, y, group, name="X"):
     X = _as_2d_float(X, name)
-    y = np.asarray(y, dtype=np.float64)
+    y = np.require(y, dtype=np.float64, requirements=["C", "W"])
     if y.ndim != 1 or y.shape[0] != X.shape[0]:
         raise ValueError(f"labels must be 1-D with {X.shape[0]} entries, got shape {y.shape}")
     if not np.all(np.isfinite(y)):
@@ -441,6 +445,20 @@ def _check_xyg(X, y, group, name="X"):
         raise ValueError("group (query sizes) is required for ranking")
     ptr = group_ptr_from_sizes(group, n_rows=X.shape[0])
     return X, y, ptr
+
+
+def _warn_if_nothing_to_rank(labels, group_ptr, threshold, which, consequence):
+    """RuntimeWarning when no query holds two documents of different relevance
+    (``threshold`` None: graded labels; else ``label >= threshold``)."""
+    relevance = labels if threshold is None else (labels >= threshold).astype(np.float64)
+    if queries_to_rank(relevance, group_ptr).any():
+        return
+    warnings.warn(
+        f"NeuralRanker: no {which} query has {rank_requirement(threshold)} (labels "
+        f"{labels.min():g} to {labels.max():g}): {consequence}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _predict(net, X, chunk=65536):
@@ -483,6 +501,35 @@ MIN_PATIENCE_STEPS = 100  # the fewest
 PATIENCE_STEPS_PER_QUERY = 2  # the default patience per training query, between those
 MAX_BATCH_QUERIES = 128
 BATCHES_PER_EPOCH = 8
+# NeuralRanker(beta=None)'s ApproxAP beta (Qin et al.; approx_ap_obj has 0.3)
+APPROX_AP_BETA = 10.0
+
+
+def _check_hidden(hidden):
+    """The hidden layer widths as a tuple of ints; ``hidden`` must be a tuple, list or 1-D
+    array of positive integers."""
+    if isinstance(hidden, np.ndarray) and hidden.ndim == 1:
+        hidden = hidden.tolist()
+    if not isinstance(hidden, (tuple, list)):
+        raise TypeError(
+            f"hidden must be a tuple or list of positive integers (layer widths, () for a linear "
+            f"model), got {hidden!r}"
+        )
+    for h in hidden:
+        if isinstance(h, bool) or not isinstance(h, numbers.Integral):
+            raise TypeError(f"hidden must hold integer layer widths, got {h!r} in {hidden!r}")
+    if any(h < 1 for h in hidden):
+        raise ValueError(f"hidden layer widths must be >= 1, got {hidden!r}")
+    return tuple(int(h) for h in hidden)
+
+
+def _takes_k(loss):
+    """Whether ``loss`` has a cutoff ``k`` (ApproxNDCG, ApproxDCG, ApproxPrecision,
+    ApproxRecall)."""
+    if loss == "approx_ndcg":
+        return True
+    return loss in _torch_measures.LOSSES and "k" in _torch_measures.measure_objective(
+        loss, alpha=None, beta=None, k=None, threshold=None).get_options()
 
 
 def _positive_int_or_none(name, value):
@@ -561,17 +608,31 @@ class NeuralRanker(BaseEstimator):
 
     Parameters
     ----------
-    loss : {"approx_ndcg", "approx_ap", "ranknet", "listnet", "listmle"}
-    hidden : tuple of int
-        Hidden layer widths; ``()`` for a linear model.
+    loss : str
+        One of :data:`LOSSES`: ``"approx_ndcg"``, ``"approx_ap"``, ``"ranknet"``,
+        ``"listnet"``, ``"listmle"`` or another registered measure (``"approx_dcg"``,
+        ``"approx_mrr"``, ``"approx_precision"``, ``"approx_recall"``, ``"approx_rbp"``).
+    hidden : tuple or list of int
+        Hidden layer widths, each >= 1; ``()`` for a linear model.
     alpha : float
         Position sharpness for the approx losses (Bruch et al.: 10).
-    beta : float
-        Truncation sharpness (ApproxNDCG@k, ApproxAP).
+    beta : float or None
+        Sharpness of the loss's sigmoids where it has one: the smoothed top-k truncation of
+        ApproxNDCG, ApproxDCG, ApproxPrecision and ApproxRecall (used only with a cutoff: ``k``
+        given, or ApproxPrecision's and ApproxRecall's own ``k=10``), and ApproxAP's
+        ``sig(beta (pos_y - pos_x))``. None (default): the loss's own default, 10 for the
+        truncation of ApproxNDCG / ApproxDCG and for ApproxAP (Qin et al.; not
+        ``approx_ap_obj``'s 0.3), 1 for ApproxPrecision and ApproxRecall. Unused by the
+        other losses.
     k : int, optional
-        Truncation of ApproxNDCG; None for the full list.
+        Cutoff of the losses that have one (ApproxNDCG, ApproxDCG, ApproxPrecision,
+        ApproxRecall); None: the full list for ApproxNDCG / ApproxDCG, the objective's own
+        ``k=10`` for ApproxPrecision / ApproxRecall. Giving ``k`` with another loss is a
+        ``ValueError``.
     threshold : float
-        Relevance threshold of ApproxAP.
+        Relevance threshold (``label >= threshold``) of the losses of binary relevance
+        (ApproxAP, ApproxMRR, ApproxPrecision, ApproxRecall, ApproxRBP) and of
+        ``eval_metric="map"``.
     lr : float
         Adam learning rate (Bruch et al.: 0.005).
     batch_queries : int or None
@@ -587,10 +648,11 @@ class NeuralRanker(BaseEstimator):
     patience_steps : int or None
         Early stopping patience in optimiser steps since the best evaluation. None (unless
         ``patience`` is given): two steps per training query, at least 100 and at most 1000.
-        Give at most one of the two. Both need ``eval_set``.
+        Give at most one of the two. Both need ``eval_set``: ``fit`` without it raises a
+        ``ValueError`` when either is given.
     eval_every : int or None
         Optimiser steps between validation evaluations; None: at the end of every epoch. The
-        last step of the budget is always evaluated.
+        last step of the budget is always evaluated. Needs ``eval_set``, as ``patience``.
     gumbel_samples : int
         Gumbel-perturbed samples per training list for ApproxNDCG/ApproxAP; 0 (default): the
         plain loss. Bruch et al. (2020) and TF-Ranking use 8.
@@ -627,8 +689,8 @@ class NeuralRanker(BaseEstimator):
         Optimiser steps taken at each evaluation.
     best_iteration_ : int
         1-based index of the kept evaluation (``history_[best_iteration_ - 1]``): the epoch
-        with the default ``eval_every``. Without ``eval_set``, the number of evaluation points
-        passed (the last weights are kept).
+        with the default ``eval_every``. Without ``eval_set``, the number of epochs run, the
+        last one possibly partial (the last weights are kept).
     best_step_ : int
         Optimiser steps of the kept weights.
     n_steps_ : int
@@ -646,7 +708,7 @@ class NeuralRanker(BaseEstimator):
         loss="approx_ndcg",
         hidden=(64, 32, 16),
         alpha=10.0,
-        beta=10.0,
+        beta=None,
         k=None,
         threshold=1.0,
         lr=0.005,
@@ -693,17 +755,18 @@ class NeuralRanker(BaseEstimator):
         if self.loss not in LOSSES:
             raise ValueError(f"unknown loss {self.loss!r}; choose one of {LOSSES}")
         _check_positive("alpha", self.alpha)
-        _check_positive("beta", self.beta)
+        if self.beta is not None:
+            _check_positive("beta", self.beta)
         _check_k(self.k)
+        if self.k is not None and not _takes_k(self.loss):
+            raise ValueError(
+                f"k={self.k!r} is a cutoff, which loss {self.loss!r} does not have; the losses "
+                f"with one: {tuple(loss for loss in LOSSES if _takes_k(loss))}"
+            )
         if not (isinstance(self.threshold, numbers.Real) and math.isfinite(self.threshold)):
             raise ValueError(f"threshold must be a finite number, got {self.threshold!r}")
         _check_positive("lr", self.lr)
-        try:
-            hidden = tuple(int(h) for h in self.hidden)
-        except TypeError as exc:
-            raise ValueError(f"hidden must be a tuple of ints, got {self.hidden!r}") from exc
-        if any(h < 1 for h in hidden):
-            raise ValueError(f"hidden layer widths must be >= 1, got {self.hidden!r}")
+        hidden = _check_hidden(self.hidden)
         for name in ("batch_queries", "max_steps", "max_epochs", "patience", "patience_steps",
                      "eval_every"):
             _positive_int_or_none(name, getattr(self, name))
@@ -750,22 +813,42 @@ class NeuralRanker(BaseEstimator):
             torch.set_num_threads(threads)
         return value
 
-    def _batch_loss(self, s, y, mask, generator):
+    def _measure(self):
+        """The objective of a registered separable-measure loss with the ranker's options it
+        uses (``beta`` only with a cutoff; None: the objective's own), else None."""
+        if self.loss not in _torch_measures.LOSSES:
+            return None
+        ready = _torch_measures.measure_objective(self.loss, alpha=None, beta=None, k=None,
+                                                  threshold=None)
+        has_cutoff = self.k is not None or ready.get_options().get("k") is not None
+        return _torch_measures.measure_objective(
+            self.loss, alpha=self.alpha, beta=self.beta if has_cutoff else None, k=self.k,
+            threshold=self.threshold,
+        )
+
+    def _relevance_threshold(self):
+        """The threshold of binary relevance the loss uses, None for graded labels."""
+        if self.loss == "approx_ap":
+            return self.threshold
+        measure = self._measure()
+        if measure is not None and "threshold" in measure.get_options():
+            return self.threshold
+        return None
+
+    def _batch_loss(self, s, y, mask, generator, measure):
         if self.gumbel_samples > 0:
             s, y, mask = gumbel_perturb(
                 s, y, mask, samples=self.gumbel_samples, scale=self.gumbel_scale,
                 generator=generator,
             )
         if self.loss == "approx_ndcg":
-            per_q = -approx_ndcg(s, y, mask, alpha=self.alpha, k=self.k, beta=self.beta)
+            beta = TRUNCATION_BETA if self.beta is None else self.beta
+            per_q = -approx_ndcg(s, y, mask, alpha=self.alpha, k=self.k, beta=beta)
         elif self.loss == "approx_ap":
-            per_q = -approx_ap(
-                s, y, mask, alpha=self.alpha, beta=self.beta, threshold=self.threshold
-            )
-        elif self.loss in _torch_measures.LOSSES:
-            obj = _torch_measures.measure_objective(self.loss, alpha=self.alpha, beta=self.beta,
-                                                    k=self.k, threshold=self.threshold)
-            per_q = -_torch_measures.separable_measure(obj, s, y, mask,
+            beta = APPROX_AP_BETA if self.beta is None else self.beta
+            per_q = -approx_ap(s, y, mask, alpha=self.alpha, beta=beta, threshold=self.threshold)
+        elif measure is not None:
+            per_q = -_torch_measures.separable_measure(measure, s, y, mask,
                                                        _positions(s, mask, self.alpha))
         elif self.loss == "ranknet":
             per_q = ranknet_loss(s, y, mask)
@@ -786,14 +869,40 @@ class NeuralRanker(BaseEstimator):
         group : array_like of int
             Query sizes, in row order (LightGBM's ``group``), adding up to ``n_documents``.
         eval_set : tuple (X_valid, y_valid, group_valid), optional
-            Validation queries for early stopping and model selection.
+            Validation queries for early stopping and model selection; needed by
+            ``patience``, ``patience_steps`` and ``eval_every``.
 
         Returns
         -------
         self
+
+        Warns
+        -----
+        RuntimeWarning
+            When no training query has two documents of different labels (for the losses of
+            binary relevance: a relevant and a non-relevant document), so that every ranking
+            scores the same; and when no validation query has them for the validation
+            measure, so that every evaluation scores the same and early stopping keeps the
+            first evaluation's weights.
         """
         hidden = self._check_params()
         X, y, ptr = _check_xyg(X, y, group)
+        sizes = np.diff(ptr)
+        n_queries = sizes.size
+        batch_queries, max_steps, max_epochs, patience, patience_steps = _schedule(
+            n_queries, batch_queries=self.batch_queries, max_steps=self.max_steps,
+            max_epochs=self.max_epochs, patience=self.patience,
+            patience_steps=self.patience_steps,
+        )
+        if eval_set is None:
+            for name in ("patience", "patience_steps", "eval_every"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} needs eval_set: early stopping "
+                        "and its evaluations run on the validation queries"
+                    )
+        _warn_if_nothing_to_rank(y, ptr, self._relevance_threshold(), "training",
+                                 "every ranking scores the same, so there is nothing to learn")
         valid = None
         if eval_set is not None:
             if isinstance(eval_set, list) and len(eval_set) == 1:
@@ -806,19 +915,18 @@ class NeuralRanker(BaseEstimator):
                     f"X_valid has {Xv.shape[1]} features but X has {X.shape[1]}"
                 )
             valid = (Xv, yv, ptr_v)
+            _warn_if_nothing_to_rank(
+                yv, ptr_v, self.threshold if self.eval_metric == "map" else None, "validation",
+                f"every evaluation of {self.eval_metric}@{self.eval_at} scores the same, so "
+                "early stopping cannot select a model (the first evaluation's weights are "
+                "kept)",
+            )
 
         device = self._device()
         self.n_features_in_ = X.shape[1]
         dtype = torch.float32
         X_t = torch.as_tensor(X, dtype=dtype, device=device)
         y_t = torch.as_tensor(y, dtype=dtype, device=device)
-        sizes = np.diff(ptr)
-        n_queries = sizes.size
-        batch_queries, max_steps, max_epochs, patience, patience_steps = _schedule(
-            n_queries, batch_queries=self.batch_queries, max_steps=self.max_steps,
-            max_epochs=self.max_epochs, patience=self.patience,
-            patience_steps=self.patience_steps,
-        )
         self.batch_queries_ = batch_queries
 
         was_deterministic = torch.are_deterministic_algorithms_enabled()
@@ -830,6 +938,7 @@ class NeuralRanker(BaseEstimator):
                 net = _Net(X.shape[1], hidden, self.batchnorm_momentum).to(device)
             generator = torch.Generator().manual_seed(self.seed)
             opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+            measure = self._measure()
 
             self.history_, self.history_steps_, self.train_loss_ = [], [], []
             self.initial_score_ = None
@@ -887,7 +996,7 @@ class NeuralRanker(BaseEstimator):
                     yy = torch.zeros(mask.shape, dtype=dtype, device=device).masked_scatter(
                         mask, y_t[rows_t]
                     )
-                    loss = self._batch_loss(s, yy, mask, generator)
+                    loss = self._batch_loss(s, yy, mask, generator, measure)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()

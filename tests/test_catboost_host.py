@@ -100,6 +100,9 @@ def test_metric_is_the_validation_ndcg_and_training_improves_it():
 @pytest.mark.parametrize("params, match", [
     ({"boosting_type": "Ordered"}, "Plain"),
     ({"leaf_estimation_iterations": 3}, "has not seen"),
+    # both shrink the model's scores between the metric and the next derivatives
+    ({"model_shrink_rate": 0.1}, "does not support .*model_shrink_rate"),
+    ({"langevin": True}, "does not support .*langevin=True"),
 ])
 def test_refuses_settings_it_cannot_follow(params, match):
     tr, va = _split()
@@ -137,6 +140,23 @@ def test_constructor_checks():
     host = CatBoostObjective(approx_ndcg_obj, tr[1], tr[2])
     np.testing.assert_array_equal(host.pool_label, np.arange(tr[1].size))
     assert host.catboost_params["boosting_type"] == "Plain"
+
+
+def test_eval_set_without_relevant_document_is_refused():
+    tr, va = _split()
+    # CatBoost would get NaN from the metric and fail in its JSON writer
+    with pytest.raises(ValueError, match="no query of eval_set has a relevant document"):
+        CatBoostObjective(approx_ndcg_obj, tr[1], tr[2], eval_set=(np.zeros(va[1].size), va[2]))
+
+
+def test_metric_is_zero_not_nan_without_relevant_document():
+    tr, va = _split()
+    labels = np.zeros(tr[1].size)
+    host = CatBoostObjective(approx_ndcg_obj, labels, tr[2], eval_set=va[1:])
+    model = _fit(host, (tr[0], labels, tr[2]), va, bootstrap_type="No")
+    scores = np.arange(labels.size) * 0.1
+    assert host.metric.evaluate([scores], host.pool_label, None) == (0.0, 1.0)
+    assert model.get_evals_result()["learn"]["NDCGMetric"] == [0.0] * 4
 
 
 def test_one_adapter_serves_several_fits():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -165,7 +166,8 @@ def test_approx_ndcg_matches_objectives(k):
     queries = random_queries(rng, SIZES + [1, 4])
     S, Y, M = pad(queries, extra=1)
     s, y, ptr = flat(queries)
-    obj = ApproxNDCG(alpha=10.0, k=k, beta=5.0, normalize=False)
+    # beta sharpens the truncation only: the objective takes it with k alone
+    obj = ApproxNDCG(alpha=10.0, k=k, normalize=False, **({} if k is None else {"beta": 5.0}))
     np.testing.assert_allclose(
         approx_ndcg(S, Y, M, alpha=10.0, k=k, beta=5.0).numpy(),
         np.asarray(obj.value(s, y, ptr), dtype=np.float64),
@@ -220,7 +222,8 @@ def test_exact_hessian_diagonal_matches_objectives(measure):
             return approx_ap(sq, yq, alpha=4.0, beta=6.0, threshold=2.0)
     else:
         k = 3 if measure == "ndcg@3" else None
-        obj = ApproxNDCG(alpha=4.0, k=k, beta=6.0, hessian="exact", normalize=False)
+        obj = ApproxNDCG(alpha=4.0, k=k, hessian="exact", normalize=False,
+                         **({} if k is None else {"beta": 6.0}))
 
         def m(sq, yq):
             return approx_ndcg(sq, yq, alpha=4.0, k=k, beta=6.0)
@@ -605,8 +608,9 @@ def test_degenerate_training_data_no_nan():
         model.set_params(loss=loss).fit(X, y, g, eval_set=(X, y, g))
         assert np.all(np.isfinite(model.predict(X)))
         assert all(math.isfinite(v) for v in model.train_loss_)
-    # only queries without relevant documents in validation: score 0, no crash
-    model.fit(X, y, g, eval_set=(X[:3], np.zeros(3), [3]))
+    # only queries without relevant documents in validation: score 0, no crash, a warning
+    with pytest.warns(RuntimeWarning, match="no validation query"):
+        model.fit(X, y, g, eval_set=(X[:3], np.zeros(3), [3]))
     assert model.best_score_ == 0.0
 
 
@@ -680,6 +684,103 @@ def test_predict_errors():
     with pytest.raises(ValueError, match="eval_set"):
         NeuralRanker(max_epochs=1).fit(X_, Y_, G_, eval_set=(X_, Y_))
 
+
+
+@pytest.mark.parametrize("hidden", ["64", (8.7,), (True,), 8, None, (4, "2")])
+def test_hidden_must_be_integer_widths(hidden):
+    # a string would build one layer per character, a float width would be truncated
+    with pytest.raises(TypeError, match="hidden"):
+        NeuralRanker(hidden=hidden, max_steps=1).fit(X_, Y_, G_)
+
+
+def test_hidden_accepts_lists_and_numpy_integers():
+    for hidden in ([np.int64(3), 2], np.array([3, 2])):
+        model = NeuralRanker(hidden=hidden, max_steps=1).fit(X_, Y_, G_)
+        widths = [m.out_features for m in model.model_.modules()
+                  if isinstance(m, torch.nn.Linear)]
+        assert widths == [3, 2, 1]
+
+
+@pytest.mark.parametrize("option", [dict(patience=2), dict(patience_steps=5),
+                                    dict(eval_every=1)])
+def test_early_stopping_options_need_eval_set(option):
+    (name,) = option
+    with pytest.raises(ValueError, match=f"{name}=.* needs eval_set"):
+        NeuralRanker(hidden=(), max_steps=2, **option).fit(X_, Y_, G_)
+    NeuralRanker(hidden=(), max_steps=2, **option).fit(X_, Y_, G_, eval_set=(X_, Y_, G_))
+
+
+@pytest.mark.parametrize("loss", ["approx_ap", "approx_mrr", "approx_rbp", "ranknet",
+                                  "listnet", "listmle"])
+def test_k_for_a_loss_without_cutoff(loss):
+    with pytest.raises(ValueError, match=f"k=3 .*{loss}"):
+        NeuralRanker(loss=loss, k=3, max_steps=1).fit(X_, Y_, G_)
+
+
+def _fit_predict(data, **params):
+    (X, y, g), _ = data
+    model = NeuralRanker(hidden=(), max_steps=3, **params).fit(X, y, g)
+    return model.predict(X)
+
+
+@pytest.mark.parametrize("loss,k,own_beta", [
+    ("approx_precision", None, 1.0),  # ApproxPrecision(k=10)'s beta
+    ("approx_recall", 4, 1.0),
+    ("approx_dcg", 4, 10.0),
+    ("approx_ndcg", 4, 10.0),
+    ("approx_ap", None, 10.0),
+])
+def test_beta_none_is_the_losses_own_default(data, loss, k, own_beta):
+    default = _fit_predict(data, loss=loss, k=k)
+    np.testing.assert_array_equal(default, _fit_predict(data, loss=loss, k=k, beta=own_beta))
+    # and the ranker's beta is passed on where the loss uses it
+    other = _fit_predict(data, loss=loss, k=k, beta=own_beta * 3)
+    assert not np.array_equal(default, other)
+
+
+@pytest.mark.parametrize("loss", ["approx_dcg", "approx_ndcg", "approx_mrr", "ranknet"])
+def test_beta_unused_without_k_gives_no_warning_per_batch(data, loss):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with_beta = _fit_predict(data, loss=loss, beta=3.0)
+    np.testing.assert_array_equal(with_beta, _fit_predict(data, loss=loss))
+
+
+def test_warns_when_validation_cannot_select_a_model(data):
+    (X, y, g), (Xv, yv, gv) = data
+    kw = dict(hidden=(), max_steps=6, eval_every=1)
+    with pytest.warns(RuntimeWarning, match="no validation query has two documents with "
+                                            "different labels") as record:
+        model = NeuralRanker(**kw).fit(X, y, g, eval_set=(Xv, np.zeros_like(yv), gv))
+    assert len([w for w in record if issubclass(w.category, RuntimeWarning)]) == 1
+    assert model.history_ == [0.0] * 6 and model.best_iteration_ == 1
+    # MAP with relevance label >= 5: no validation query has a relevant document
+    with pytest.warns(RuntimeWarning, match=r"relevant \(label >= 5\)"):
+        NeuralRanker(eval_metric="map", threshold=5.0, **kw).fit(X, y, g, eval_set=(Xv, yv, gv))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        NeuralRanker(**kw).fit(X, y, g, eval_set=(Xv, yv, gv))
+
+
+@pytest.mark.parametrize("loss,labels", [("approx_ndcg", 2.0), ("ranknet", 0.0),
+                                         ("approx_mrr", 0.0)])
+def test_warns_when_training_labels_leave_nothing_to_learn(data, loss, labels):
+    (X, y, g), _ = data
+    with pytest.warns(RuntimeWarning, match="no training query has .*nothing to learn"):
+        NeuralRanker(loss=loss, hidden=(), max_steps=2).fit(X, np.full_like(y, labels), g)
+
+
+def test_pandas_input_without_warnings(data):
+    pd = pytest.importorskip("pandas")
+    (X, y, g), (Xv, yv, gv) = data
+    kw = dict(hidden=(4,), max_steps=3, eval_every=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PyTorch's "The given NumPy array is not writable"
+        model = NeuralRanker(**kw).fit(pd.DataFrame(X), pd.Series(y), g,
+                                       eval_set=(pd.DataFrame(Xv), pd.Series(yv), gv))
+        pred = model.predict(pd.DataFrame(Xv))
+    plain = NeuralRanker(**kw).fit(X, y, g, eval_set=(Xv, yv, gv)).predict(Xv)
+    np.testing.assert_array_equal(pred, plain)
 
 def test_import_error_message_and_package_import_without_torch():
     # block torch with a meta-path finder (setting sys.modules["torch"] = None confuses
