@@ -27,15 +27,16 @@ select a model on it.
 Requirements (:attr:`CatBoostObjective.catboost_params` sets the first three): ``boosting_type
 ='Plain'`` (ordered boosting keeps one score vector per permutation), ``leaf_estimation_iterations
 =1`` (later Newton steps evaluate shifted scores), ``metric_period=1`` and the adapter's metric as
-``eval_metric``. Not supported: sample weights, a baseline, ``init_model``,
-``model_shrink_rate`` and ``langevin=True`` (which shrinks the model too): shrinkage rescales
-the scores after the metric has seen them, so the derivatives CatBoost asks for are at scores
-the adapter does not know. ``fit`` deep-copies its
-parameters, so every fit works on its own copy of the adapter (which starts from scores 0) and
-one adapter serves several fits on the same training pool. Bootstrap (Bayesian, Bernoulli, MVS),
-``rsm`` and ``random_strength`` work as with CatBoost's own losses: they act after the
-derivatives. CatBoost tries to compile ``calc_ders_range`` with numba, fails on this Python
-class and says so in a ``UserWarning``; it then calls it as Python (one call per block).
+``eval_metric``. Not supported: sample weights, a baseline, ``init_model`` and a
+``model_shrink_rate`` above 0 (``langevin=True`` sets one unless it is given as 0): shrinkage
+rescales the scores after the metric has seen them, so the derivatives CatBoost asks for are
+at scores the adapter does not know, and training stops with its ``RuntimeError``. ``fit``
+deep-copies its parameters, so every fit works on its own copy of the adapter (which starts
+from scores 0) and one adapter serves several fits on the same training pool. Bootstrap
+(Bayesian, Bernoulli, MVS), ``rsm`` and ``random_strength`` work as with CatBoost's own
+losses: they act after the derivatives. CatBoost tries to compile ``calc_ders_range`` with
+numba, fails on this Python class and says so in a ``UserWarning``; it then calls it as
+Python (one call per block).
 """
 
 from __future__ import annotations
@@ -150,9 +151,9 @@ class CatBoostObjective:
                 "keeps the training pool's scores after each iteration). The adapter needs the "
                 "settings of CatBoostObjective.catboost_params (boosting_type='Plain', "
                 "leaf_estimation_iterations=1, metric_period=1, eval_metric=host.metric) and "
-                "does not support a baseline or init_model (scores other than 0 at the start), "
-                "model_shrink_rate or langevin=True (which shrink the scores after the metric "
-                "has seen them)"
+                "does not support a baseline or init_model (scores other than 0 at the start) "
+                "or a model_shrink_rate above 0 (langevin=True sets one), which shrinks the "
+                "scores after the metric has seen them"
             )
         if self._ders is None:
             grad, hess = self.objective.grad_hess(self._scores, self.labels, self.group_ptr)

@@ -23,7 +23,6 @@ import os
 import sys
 import textwrap
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -202,6 +201,11 @@ def _parse_objective(name, backend, k):
     raise _usage(f"unknown objective {name!r}; valid objectives: {_all_objectives()}")
 
 
+def _first_line(err):
+    """The first line of an exception's message (its repr when the message is empty)."""
+    return (str(err).splitlines() or [repr(err)])[0]
+
+
 def _approx_objective(name, **given):
     """The ready-made objective, or a new one with the given options overriding its settings.
 
@@ -219,11 +223,11 @@ def _approx_objective(name, **given):
     for key in given:
         if key not in params:
             raise _usage(f"--{key} does not apply to {name}")
+    if "beta" in given and "k" in params and given.get("k", params["k"]) is None:
+        raise _usage(f"--beta sharpens {name}'s top-k truncation: give --k as well")
     try:
-        with warnings.catch_warnings():  # an option without effect (beta without k)
-            warnings.simplefilter("error", UserWarning)
-            return ready.replace(**given)
-    except (TypeError, ValueError, UserWarning) as err:
+        return ready.replace(**given)
+    except (TypeError, ValueError) as err:
         raise _usage(str(err)) from err
 
 
@@ -533,7 +537,7 @@ def _check_xgboost_params(params, extra, data):
             with xgb.config_context(verbosity=1):
                 xgb.Booster({**params, "verbosity": 1}, [d]).save_config()
         except xgb.core.XGBoostError as err:
-            raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
+            raise CLIError(f"XGBoost: {_first_line(err)}") from err
     unused = set()
     for w in caught:
         match = re.search(r"Parameters: \{(.*?)\} are not used", str(w.message), re.S)
@@ -639,7 +643,7 @@ def cmd_train(args):
         try:
             result, curve = _train(backend, objective, params, train, valid, **fit)
         except xgb.core.XGBoostError as err:
-            raise CLIError(f"XGBoost: {str(err).splitlines()[0]}") from err
+            raise CLIError(f"XGBoost: {_first_line(err)}") from err
         except ValueError as err:
             raise CLIError(f"{train_name}: {err}") from err
         save = lambda: result.kept_booster().save_model(out)  # noqa: E731
@@ -647,7 +651,7 @@ def cmd_train(args):
     try:
         save()
     except (OSError, save_error) as err:  # the hosts report a failed write as their own error
-        raise CLIError(f"cannot write {out}: {str(err).splitlines()[0]}") from err
+        raise CLIError(f"cannot write {out}: {_first_line(err)}") from err
     best_round, seconds = result.best_iteration, result.seconds
     trained = result.rounds_run
     summary = f"{_plural(trained, 'round')} in {seconds:.1f} s"

@@ -47,6 +47,7 @@ from approx_gbdt.objectives import (
     _check_truncation_beta,
     _fmt,
     _positive_float,
+    _truncation_options,
     approx_ap_obj,
     approx_ndcg_obj,
     exp2_gains,
@@ -136,7 +137,7 @@ class _Separable(_ApproxObjective):
         return grad, hess
 
     def _options(self):
-        out = "" if self.k is None else f", k={self.k}, beta={_fmt(self.beta)}"
+        out = _truncation_options(self.k, self.beta)
         if hasattr(self, "threshold"):
             out += f", threshold={_fmt(self.threshold)}"
         return out

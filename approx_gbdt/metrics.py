@@ -240,7 +240,7 @@ def _check_k(k, *, required: bool) -> int | None:
         raise TypeError(f"k must be an integer >= 1 or None, got {k!r}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    return min(int(k), 2**62)  # beyond every list: the whole list (and an int64 for Numba)
+    return _kernel_k(int(k))
 
 
 def _check_ties(ties) -> bool:
@@ -268,9 +268,18 @@ def _check_persistence(persistence) -> float:
     return persistence
 
 
+_MAX_K = 2**62  # a cutoff above it is taken as it: beyond any list, and an int64 for Numba
+
+
+def _kernel_k(k: int) -> int:
+    """``k`` as the kernels take it: at most ``2**62`` (NDCG, MAP and recall beyond every list
+    are the whole list's; precision, hits / k, is then below 1e-18 either way)."""
+    return min(k, _MAX_K)
+
+
 def _cutoff(k: int | None, n_rows: int) -> int:
     """The cutoff handed to the kernels; k=None means the whole list."""
-    return max(n_rows, 1) if k is None else k
+    return max(n_rows, 1) if k is None else _kernel_k(k)
 
 
 # --------------------------------------------------------------------------------------------
@@ -543,8 +552,17 @@ def mean_over_queries(values, *, undefined: str = "exclude", weights=None) -> fl
 def query_weights(weights, group_ptr):
     """Per-query weights from per-query (``n_queries``) or per-document (``n``) ones.
 
-    A query's weight from per-document weights is the mean of its documents', as LightGBM's
-    ranking metrics take them. ``None`` stays ``None``.
+    Parameters
+    ----------
+    weights : array_like of float or None
+        Finite, non-negative: one per query, or one per document (a query's weight is then the
+        mean of its documents', as LightGBM's ranking metrics take them).
+    group_ptr : array_like of int, shape (n_queries + 1,)
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (n_queries,), or None
+        ``None`` for ``weights=None``.
 
     Examples
     --------
@@ -556,6 +574,8 @@ def query_weights(weights, group_ptr):
     ptr = np.asarray(group_ptr, dtype=np.int64)
     w = np.asarray(weights, dtype=np.float64).ravel()
     nq, n = ptr.shape[0] - 1, int(ptr[-1])
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("weights must be finite and non-negative")
     if w.shape[0] == nq:
         return w
     if w.shape[0] != n:
@@ -636,9 +656,9 @@ def _per_query(spec: MetricSpec, ranked, ptr, threshold: float) -> np.ndarray:
     if spec.measure == "map":
         return _ap_kernel(ranked, ptr, _cutoff(spec.k, n_rows), threshold)
     if spec.measure == "precision":
-        return _precision_kernel(ranked, ptr, spec.k, threshold)
+        return _precision_kernel(ranked, ptr, _kernel_k(spec.k), threshold)
     if spec.measure == "recall":
-        return _recall_kernel(ranked, ptr, spec.k, threshold)
+        return _recall_kernel(ranked, ptr, _kernel_k(spec.k), threshold)
     if spec.measure == "rbp":
         return _rbp_kernel(ranked, ptr, 0.8, threshold)
     return _mrr_kernel(ranked, ptr, threshold)

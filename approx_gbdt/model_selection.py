@@ -38,6 +38,19 @@ from approx_gbdt.utils import group_ptr_from_qid, group_ptr_from_sizes
 __all__ = ["QueryIdRanker", "make_scorer", "query_order", "score_queries"]
 
 
+def _missing_ids(qid):
+    """Whether any query id is missing (NaN, None, pandas' NA) or infinite."""
+    if qid.dtype.kind == "f":
+        return not np.all(np.isfinite(qid))
+    if qid.dtype.kind == "O":
+        try:
+            import pandas as pd
+        except ImportError:
+            return any(q is None or q != q for q in qid)
+        return bool(pd.isna(qid).any())
+    return False
+
+
 def query_order(n_rows, *, qid=None, group=None):
     """Row order that makes every query contiguous, and the query boundaries in that order.
 
@@ -68,9 +81,9 @@ def query_order(n_rows, *, qid=None, group=None):
     qid = np.asarray(qid)
     if qid.shape != (n_rows,):
         raise ValueError(f"qid has shape {qid.shape}, expected ({n_rows},)")
-    if qid.dtype.kind == "f" and not np.all(np.isfinite(qid)):
-        raise ValueError("qid must be finite: a missing (NaN) or infinite query id leaves its "
-                         "rows in no query")
+    if _missing_ids(qid):
+        raise ValueError("qid must be finite: a missing (NaN, None, NA) or infinite query id "
+                         "leaves its rows in no query")
     order = None
     if np.any(qid[1:] < qid[:-1]):
         order = np.argsort(qid, kind="stable")
@@ -200,6 +213,8 @@ class QueryIdRanker(MetaEstimatorMixin, BaseEstimator):
         self.n_features_in_ = X.shape[1]
         if hasattr(self.ranker_, "feature_names_in_"):
             self.feature_names_in_ = self.ranker_.feature_names_in_
+        elif hasattr(self, "feature_names_in_"):  # a refit without names
+            del self.feature_names_in_
         return self
 
     def predict(self, X):

@@ -622,8 +622,8 @@ class NeuralRanker(BaseEstimator):
         given, or ApproxPrecision's and ApproxRecall's own ``k=10``), and ApproxAP's
         ``sig(beta (pos_y - pos_x))``. None (default): the loss's own default, 10 for the
         truncation of ApproxNDCG / ApproxDCG and for ApproxAP (Qin et al.; not
-        ``approx_ap_obj``'s 0.3), 1 for ApproxPrecision and ApproxRecall. Unused by the
-        other losses.
+        ``approx_ap_obj``'s 0.3), 1 for ApproxPrecision and ApproxRecall. A value that the
+        loss does not use (another loss, or no cutoff) gets a ``UserWarning`` at ``fit``.
     k : int, optional
         Cutoff of the losses that have one (ApproxNDCG, ApproxDCG, ApproxPrecision,
         ApproxRecall); None: the full list for ApproxNDCG / ApproxDCG, the objective's own
@@ -763,6 +763,12 @@ class NeuralRanker(BaseEstimator):
                 f"k={self.k!r} is a cutoff, which loss {self.loss!r} does not have; the losses "
                 f"with one: {tuple(loss for loss in LOSSES if _takes_k(loss))}"
             )
+        if self.beta is not None and not self._uses_beta():
+            warnings.warn(
+                f"NeuralRanker: beta={self.beta:g} has no effect with loss={self.loss!r}"
+                + (" without k" if _takes_k(self.loss) else ""),
+                UserWarning, stacklevel=3,
+            )
         if not (isinstance(self.threshold, numbers.Real) and math.isfinite(self.threshold)):
             raise ValueError(f"threshold must be a finite number, got {self.threshold!r}")
         _check_positive("lr", self.lr)
@@ -825,6 +831,19 @@ class NeuralRanker(BaseEstimator):
             self.loss, alpha=self.alpha, beta=self.beta if has_cutoff else None, k=self.k,
             threshold=self.threshold,
         )
+
+    def _uses_beta(self):
+        """Whether the loss reads ``beta``: ApproxAP, and the losses with a cutoff when they
+        have one."""
+        if self.loss == "approx_ap":
+            return True
+        if self.loss == "approx_ndcg":
+            return self.k is not None
+        if self.loss not in _torch_measures.LOSSES:
+            return False
+        ready = _torch_measures.measure_objective(self.loss, alpha=None, beta=None, k=None,
+                                                  threshold=None).get_options()
+        return "beta" in ready and (self.k is not None or ready.get("k") is not None)
 
     def _relevance_threshold(self):
         """The threshold of binary relevance the loss uses, None for graded labels."""

@@ -126,7 +126,8 @@ def _check_positive_int(name, value):
 
 
 def _check_k(k):
-    return _check_positive_int("k", k)
+    """The kernels' cutoff (0: none); above ``2**62`` (beyond any list) it is ``2**62``."""
+    return min(_check_positive_int("k", k), 2**62)
 
 
 MAX_GRADED_LEVELS = 32  # ApproxAP(graded=True): levels of relevance it accepts
@@ -138,7 +139,7 @@ def _user_stacklevel():
     """``stacklevel`` for :func:`warnings.warn` that points at the first frame outside this
     package (the caller of ``warn`` is level 1)."""
     frame, level = sys._getframe(1), 1
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
     return level
@@ -152,6 +153,22 @@ def _check_truncation_beta(k, beta):
         warnings.warn(f"beta={beta:g} has no effect without k: it sharpens the smoothed top-k "
                       "truncation", UserWarning, stacklevel=_user_stacklevel())
     return beta
+
+
+def _check_bool(name, value):
+    """``value`` as a bool: True, False, a NumPy bool or the integers 0 and 1."""
+    if not (isinstance(value, (bool, np.bool_))
+            or isinstance(value, numbers.Integral) and value in (0, 1)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _truncation_options(k, beta):
+    """The repr's ``, k=.., beta=..`` (``beta`` without ``k`` only where it is not the
+    default)."""
+    if k is not None:
+        return f", k={k}, beta={_fmt(beta)}"
+    return "" if beta == TRUNCATION_BETA else f", beta={_fmt(beta)}"
 
 
 def _check_choice(name, value, choices):
@@ -316,10 +333,7 @@ class _ApproxObjective:
             raise ValueError(f"hessian_floor must be positive and finite, got {hessian_floor!r}")
         self.hessian_floor = float(hessian_floor)
         self.hessian_constant = _positive_float("hessian_constant", hessian_constant)
-        if not (isinstance(normalize, (bool, np.bool_))
-                or isinstance(normalize, numbers.Integral) and normalize in (0, 1)):
-            raise TypeError(f"normalize must be True or False, got {normalize!r}")
-        self.normalize = bool(normalize)
+        self.normalize = _check_bool("normalize", normalize)
         self.hessian_scale = _positive_float("hessian_scale", hessian_scale)
         self._cache = []
 
@@ -876,12 +890,12 @@ class ApproxNDCG(_ApproxObjective):
             )
 
     def _options(self):
-        text = "" if self.k is None else f", k={self.k}, beta={_fmt(self.beta)}"
+        text = _truncation_options(self.k, self.beta)
         if self.positions != "sigmoid":
             text += f", positions={self.positions!r}"
         if self.pair_force != "tangent":
             text += f", pair_force={self.pair_force!r}"
-        if self.noise:
+        if self.noise or self.random_state != _option_default(type(self), "random_state"):
             text += f", noise={_fmt(self.noise)}, random_state={self.random_state!r}"
         if self.lambdaloss:
             text += f", lambdaloss={_fmt(self.lambdaloss)}"

@@ -33,7 +33,14 @@ from numba import njit, prange
 
 from approx_gbdt._pairs import query_weights
 from approx_gbdt._reference import finish_query
-from approx_gbdt.objectives import ApproxNDCG, _ApproxObjective, _check_k, _positive_float
+from approx_gbdt.objectives import (
+    ApproxNDCG,
+    _ApproxObjective,
+    _check_bool,
+    _check_k,
+    _fmt,
+    _positive_float,
+)
 
 __all__ = ["SoftNDCG"]
 
@@ -350,13 +357,15 @@ class SoftNDCG(_ApproxObjective):
             raise ValueError(f"hessian must be one of {list(_HESSIANS)}, got {hessian!r}")
         self.hessian = hessian
         self.hessian_constant = _positive_float("hessian_constant", hessian_constant)
-        self.normalize = bool(normalize)
+        self.normalize = _check_bool("normalize", normalize)
         self._cache = []
 
     def __repr__(self):
         k = "" if self.k is None else f", k={self.k}"
-        return (f"SoftNDCG(sigma={self.sigma:g}{k}, max_docs={self.max_docs}, "
-                f"hessian={self.hessian!r}, normalize={self.normalize})")
+        const = ("" if self.hessian != "constant" and self.hessian_constant == 1.0
+                 else f", hessian_constant={_fmt(self.hessian_constant)}")
+        return (f"SoftNDCG(sigma={_fmt(self.sigma)}{k}, max_docs={self.max_docs}, "
+                f"hessian={self.hessian!r}{const}, normalize={self.normalize})")
 
     def _prep_key(self):
         return ("softndcg", self._k, self.max_docs)

@@ -89,7 +89,7 @@ def run_fold(name, train, vali, test, args):
                 loss=args.loss,
                 hidden=(),
                 alpha=alpha,
-                beta=beta,
+                beta=beta if args.loss == "approx_ap" else None,  # ApproxNDCG: no cutoff
                 threshold=args.threshold,
                 **schedule,
                 seed=args.seed + 1000 * restart,

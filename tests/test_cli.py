@@ -256,7 +256,8 @@ def test_error_mismatched_feature_counts(letor, models):
         (["train", "--train", "{train}", "--out", "m.txt", "--objective", "approx_ap",
           "--k", "5"], "--k does not apply to approx_ap"),
         (["train", "--train", "{train}", "--out", "m.txt", "--beta", "3"],
-         "beta=3 has no effect without k"),
+         "--beta sharpens approx_ndcg's top-k truncation: give --k"),
+        (["train", "--train", "{train}", "--out", "m.txt", "--beta", "10"], "give --k"),
         (["train", "--train", "{train}", "--out", "m.txt", "--alpha", "-1"], "alpha"),
         (["train", "--train", "{train}", "--out", "m.txt", "--learning-rate", "inf"],
          "--learning-rate must be positive and finite"),
@@ -275,6 +276,13 @@ def test_error_in_process(letor, tmp_path, monkeypatch, capsys, argv, needle):
     err = capsys.readouterr().err
     assert status in (1, 2)
     assert err.count("\n") == 1 and err.startswith("approx-gbdt: error: ") and needle in err
+
+
+def test_an_error_without_a_message_still_gets_its_line():
+    from approx_gbdt.cli import _first_line
+
+    assert _first_line(OSError()) == "OSError()"
+    assert _first_line(ValueError("first\nsecond")) == "first"
 
 
 def test_approx_options_start_from_the_ready_made_objective():

@@ -628,6 +628,11 @@ def test_weighted_metrics_match_the_hosts():
 def test_a_cutoff_beyond_any_list_is_the_whole_list():
     s, y, ptr = np.array([1.0, 2.0, 3.0]), np.array([2.0, 1.0, 0.0]), np.array([0, 3])
     assert ndcg(s, y, ptr, k=2**64)[0] == ndcg(s, y, ptr)[0]
+    big = 10**20
+    got = evaluate(s, y, ptr, [f"ndcg@{big}", f"map@{big}", f"recall@{big}", f"p@{big}"])
+    assert got[f"ndcg@{big}"] == ndcg(s, y, ptr)[0]
+    assert got[f"map@{big}"] == average_precision(s, y, ptr)[0]
+    assert got[f"recall@{big}"] == 1.0 and 0 < got[f"p@{big}"] < 1e-18
 
 
 def test_evaluate_with_weights():
@@ -641,6 +646,8 @@ def test_evaluate_with_weights():
         evaluate(s, y, ptr, "ndcg", weights=[1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="non-negative"):
         evaluate(s, y, ptr, "ndcg", weights=[1.0, -3.0])
+    with pytest.raises(ValueError, match="non-negative"):  # a positive mean does not hide it
+        evaluate(s, y, ptr, "ndcg", weights=[1.0, 1.0, -1.0, 2.0, 4.0])
 
 
 def test_metric_prefix_keeps_the_hosts_own_metric_apart():

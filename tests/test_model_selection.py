@@ -91,6 +91,10 @@ def test_score_queries_refuses_missing_query_ids(data):
     q[3] = np.nan
     with pytest.raises(ValueError, match="qid must be finite"):
         score_queries(np.zeros(y.size), y, qid=q)
+    ids = qid.astype(object)
+    ids[5] = None
+    with pytest.raises(ValueError, match="qid must be finite"):
+        score_queries(np.zeros(y.size), y, qid=ids)
 
 
 def test_query_id_ranker_keeps_a_dataframe(data):
@@ -111,6 +115,8 @@ def test_query_id_ranker_keeps_a_dataframe(data):
                             verbose=-1).fit(frame.iloc[order], y[perm][order],
                                             group=np.unique(qid, return_counts=True)[1])
     np.testing.assert_allclose(model.predict(frame), direct.predict(frame))
+    model.fit(X, y, qid=qid)  # a refit without names drops them
+    assert not hasattr(model, "feature_names_in_")
 
 
 def test_xgb_ranker_parity_with_xgbranker(data, tmp_path):

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from approx_gbdt import ApproxAP, ApproxNDCG, approx_ap_obj, approx_ndcg_obj
+from approx_gbdt import ApproxAP, ApproxNDCG, SoftNDCG, approx_ap_obj, approx_ndcg_obj
 from approx_gbdt.datasets import make_ranking_splits
 from approx_gbdt.measures import parse_objective
 
@@ -69,19 +69,25 @@ def test_lightgbm_model_is_alpha_invariant(cls):
     np.testing.assert_allclose(preds[1], preds[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("obj", [
-    ApproxAP(hessian_scale=1.0),
-    ApproxAP(alpha=1 / 3, beta=0.1, threshold=2.5, graded=True),
-    ApproxNDCG(hessian="constant", hessian_constant=2.0),
-    ApproxNDCG(k=5, beta=1 / 7, hessian_floor=0.05, hessian_scale=0.5, normalize=False),
-    parse_objective("approx_rbp", persistence=0.9),
+@pytest.mark.parametrize("make", [
+    lambda: ApproxAP(hessian_scale=1.0),
+    lambda: ApproxAP(alpha=1 / 3, beta=0.1, threshold=2.5, graded=True),
+    lambda: ApproxNDCG(hessian="constant", hessian_constant=2.0),
+    lambda: ApproxNDCG(k=5, beta=1 / 7, hessian_floor=0.05, hessian_scale=0.5, normalize=False),
+    lambda: ApproxNDCG(beta=5.0),  # unused without k, but an option all the same
+    lambda: ApproxNDCG(noise=0.0, random_state=3),
+    lambda: parse_objective("approx_rbp", persistence=0.9),
+    lambda: SoftNDCG(sigma=1 / 3, hessian="constant", hessian_constant=2.0),
 ])
-def test_repr_round_trips(obj):
-    """The repr names every option that differs from its class's default, at full precision:
-    evaluated, it is the same objective."""
+def test_repr_round_trips(make):
+    """The repr shows the options a user set (the defaults of some left out), at full
+    precision: evaluated, it is the same objective."""
     import approx_gbdt
 
-    again = eval(repr(obj), vars(approx_gbdt))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # beta without k
+        obj = make()
+        again = eval(repr(obj), vars(approx_gbdt))
     assert type(again) is type(obj) and again.get_options() == obj.get_options()
 
 

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from approx_gbdt import ApproxAP, ApproxNDCG, approx_ap_obj, approx_ndcg_obj, smoothed_positions
+from approx_gbdt import (
+    ApproxAP,
+    ApproxNDCG,
+    SoftNDCG,
+    approx_ap_obj,
+    approx_ndcg_obj,
+    smoothed_positions,
+)
 from tests.reference import (
     ap_exact,
     autograd_reference,
@@ -302,6 +309,7 @@ def test_bad_input(scores, labels, ptr, match):
         (lambda: ApproxNDCG(hessian="newton"), ValueError, "hessian"),
         (lambda: ApproxNDCG(normalize="no"), TypeError, "normalize must be True or False"),
         (lambda: ApproxAP(normalize=2), TypeError, "normalize must be True or False"),
+        (lambda: SoftNDCG(normalize="yes"), TypeError, "normalize must be True or False"),
         (lambda: ApproxAP(beta=0.0), ValueError, "beta"),
         (lambda: ApproxAP(threshold=float("inf")), ValueError, "threshold"),
         (lambda: ApproxAP(hessian_floor=-1.0), ValueError, "hessian_floor"),
@@ -310,6 +318,15 @@ def test_bad_input(scores, labels, ptr, match):
 def test_bad_options(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_a_cutoff_beyond_any_list_is_the_whole_list():
+    s, y, ptr = np.array([1.0, 2.0, 3.0, 0.5]), np.array([2.0, 1.0, 0.0, 1.0]), np.array([0, 4])
+    for k in (10**6, 2**64):
+        np.testing.assert_array_equal(ApproxNDCG(k=k).grad_hess(s, y, ptr)[0],
+                                      ApproxNDCG(k=10**6).grad_hess(s, y, ptr)[0])
+    np.testing.assert_allclose(ApproxNDCG(k=2**64).value(s, y, ptr),
+                               ApproxNDCG().value(s, y, ptr), rtol=1e-12)
 
 
 def test_beta_without_k_warns():
