@@ -773,15 +773,24 @@ def cmd_compare(args, rest):
     data = args.data
     if not Path(data).exists() and ("/" in data or "\\" in data or data.startswith(".")):
         raise CLIError(f"LETOR folder not found: {data}")
-    argv = ["--data", data]
-    for flag, value in (("--folds", args.folds), ("--seeds", args.seeds), ("--out", args.out)):
+    for flag, value in (("--folds", args.folds), ("--seeds", args.seeds)):
+        if value is not None and value < 1:
+            raise _usage(f"{flag} must be at least 1, got {value}")
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CLIError(f"cannot create the output folder {out}: {_first_line(err)}") from err
+    argv = ["--data", data, "--out", str(out)]
+    for flag, value in (("--folds", args.folds), ("--seeds", args.seeds)):
         if value is not None:
             argv += [flag, str(value)]
     if args.quick:
         argv.append("--quick")
     # the runner sets one-thread defaults (NUMBA_NUM_THREADS, ...) for its worker processes;
     # they are put back afterwards, as numba refuses a new thread count once it has started
-    saved_environ, saved_path = dict(os.environ), list(sys.path)
+    saved_environ, saved_path, saved_argv = dict(os.environ), list(sys.path), list(sys.argv)
+    sys.argv[:1] = ["approx-gbdt compare"]  # the runner's usage lines name this command
     spec = importlib.util.spec_from_file_location("approx_gbdt_quality_benchmark", script)
     quality = importlib.util.module_from_spec(spec)
     try:
@@ -799,6 +808,7 @@ def cmd_compare(args, rest):
         os.environ.clear()
         os.environ.update(saved_environ)
         sys.path[:] = saved_path
+        sys.argv[:] = saved_argv
     return 0
 
 
@@ -969,7 +979,8 @@ def build_parser():
     p.add_argument("--folds", type=int, help="use only the first N folds")
     p.add_argument("--seeds", type=int, help="number of seeds")
     p.add_argument("--quick", action="store_true", help="smoke run")
-    p.add_argument("--out", metavar="DIR", help="output folder")
+    p.add_argument("--out", metavar="DIR", default=".",
+                   help="output folder of the tables (default: the current folder)")
     return parser
 
 

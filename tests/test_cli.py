@@ -266,6 +266,10 @@ def test_error_mismatched_feature_counts(letor, models):
         (["evaluate", "--model", "missing.txt", "--data", "{test}"], "model file not found"),
         (["evaluate", "--model", "{train}", "--data", "{test}"], "not a LightGBM text model"),
         (["compare", "--data", "./no/such/folder"], "not found"),
+        (["compare", "--data", "generated", "--folds", "0"], "--folds must be at least 1"),
+        (["compare", "--data", "generated", "--seeds", "-1"], "--seeds must be at least 1"),
+        (["compare", "--data", "generated", "--out", "{train}/x"],
+         "cannot create the output folder"),
     ],
 )
 def test_error_in_process(letor, tmp_path, monkeypatch, capsys, argv, needle):
@@ -313,13 +317,20 @@ def test_every_registered_objective_by_name():
         assert _parse_objective(name.upper(), "lightgbm", None) == (name, None)  # any case
 
 
-def test_compare_runs_the_quality_benchmark_in_process(tmp_path, capsys):
-    status = main(["compare", "--data", "generated", "--quick", "--out", str(tmp_path),
-                   "--methods", "lgb:lambdarank", "lgb:approx_ndcg", "--no-neural",
-                   "--no-catboost", "--jobs", "1"])
+def test_compare_runs_the_quality_benchmark_in_process(tmp_path, capsys, monkeypatch):
+    """Without --out the tables land in the current folder (not the checkout's results)."""
+    monkeypatch.chdir(tmp_path)
+    status = main(["compare", "--data", "generated", "--quick", "--methods", "lgb:lambdarank",
+                   "lgb:approx_ndcg", "--no-neural", "--no-catboost", "--jobs", "1"])
     assert status == 0
     table = (tmp_path / "quality_generated.md").read_text()
     assert "| `lgb:lambdarank` |" in table and "| `lgb:approx_ndcg` |" in table
+
+
+def test_compare_usage_names_the_command(capsys):
+    assert main(["compare", "--data", "generated", "--no-such-option"]) == 2
+    err = capsys.readouterr().err
+    assert "approx-gbdt compare: error: unrecognized arguments: --no-such-option" in err
 
 
 def test_compare_passes_the_runner_errors_on(tmp_path, capsys):
