@@ -57,6 +57,9 @@ class HostData:
         collective of more than one worker; LightGBM's ``num_machines`` above 1 in the
         Dataset's parameters). False where the host does not say (``LGBMRanker``, also
         inside ``DaskLGBMRanker``).
+    positions : bool
+        Whether a LightGBM Dataset carries ``position=`` (the displayed positions that its
+        lambdarank uses to learn a position bias; the approx objectives do not read them).
     """
 
     labels: np.ndarray
@@ -66,6 +69,7 @@ class HostData:
     host: str
     threads: int | None = None
     part: bool = False
+    positions: bool = False
 
     def doc_weights(self) -> np.ndarray:
         """Per-document weights (an empty array when there are none); see :func:`doc_weights`."""
@@ -140,8 +144,10 @@ def host_data(data) -> HostData:
         ptr = group_ptr_from_sizes(sizes, n_rows=np.shape(labels)[0])
         params = getattr(data, "params", None) or {}
         machines = params.get("num_machines", params.get("num_machine", 1))
+        get_position = getattr(data, "get_position", None)  # LightGBM 4.1 and later
         return HostData(np.asarray(labels), ptr, data.get_weight(), "doc", "lightgbm",
-                        host_threads(params), _more_than_one(machines))
+                        host_threads(params), _more_than_one(machines),
+                        get_position is not None and get_position() is not None)
     if library == "xgboost":
         labels = data.get_label()
         if data.num_row() == 0:  # a Dask worker that holds no rows

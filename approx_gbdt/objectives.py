@@ -448,6 +448,12 @@ class _ApproxObjective:
             prep.checked = True  # whole data has
             if not data.part:
                 warn_if_nothing_to_learn(self, prep)
+            if data.positions:
+                warnings.warn(
+                    f"{type(self).__name__} does not read the Dataset's position= (LightGBM's "
+                    "lambdarank learns a position bias from it); it is ignored",
+                    UserWarning, stacklevel=2,
+                )
         s = _as_scores(scores, prep.labels.shape[0])
         return self._scaled_grad_hess(s, prep, data.doc_weights(), None, data.threads)
 

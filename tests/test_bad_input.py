@@ -119,6 +119,23 @@ def test_no_warning_on_one_workers_part_of_a_distributed_run():
         ApproxAP()(np.zeros(20), alone.construct())
 
 
+def test_position_bias_input_is_named_as_ignored():
+    """LightGBM's position= (displayed positions for lambdarank's position bias) does not
+    reach the approx objectives: a UserWarning says so, once per training dataset."""
+    if not hasattr(lgb.Dataset, "get_position"):
+        pytest.skip("LightGBM before 4.1 has no position=")
+    rng = np.random.default_rng(0)
+    X, y = rng.random((40, 3)), np.tile([0.0, 1.0, 2.0, 0.0], 10)
+    params = {"objective": approx_ndcg_obj, "verbosity": -1, "min_data_in_leaf": 1}
+    data = lgb.Dataset(X, y, group=[4] * 10, position=np.tile(np.arange(4), 10))
+    with pytest.warns(UserWarning, match="does not read the Dataset's position=") as rec:
+        lgb.train(params, data, num_boost_round=3)
+    assert len([w for w in rec if "position=" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lgb.train(params, lgb.Dataset(X, y, group=[4] * 10), num_boost_round=3)
+
+
 def test_infinite_label_through_lightgbm_is_named():
     """LightGBM stores an infinite label as 1e38 before the objective sees it: the error says
     so instead of only calling 1e38 too large."""
