@@ -118,8 +118,10 @@ def _load_fold(path, fold):
 
     path = Path(path)
     single = not (path / "folds.json").is_file() and any(path.glob("train.txt*"))
+    if single and fold is not None:
+        raise _usage(f"{path} holds one split (train.txt, ...), no folds: leave out --fold")
     try:
-        (data,) = load_letor_folds(path, folds=None if single else [fold])
+        (data,) = load_letor_folds(path, folds=None if single else [fold or "Fold1"])
     except FileNotFoundError as err:
         raise CLIError(str(err)) from err
     except ValueError as err:
@@ -392,6 +394,7 @@ def cmd_demo(args):
     print(f"LightGBM, learning rate {args.learning_rate:g}, at most {args.rounds} rounds, "
           f"early stopping on validation NDCG@10 (patience {args.patience}).")
     print(flush=True)
+    _check_validation_data(valid, "the generated validation data")
 
     methods = {"ApproxNDCG": approx_ndcg_obj, "ApproxAP": approx_ap_obj,
                "lambdarank": "lambdarank"}
@@ -904,7 +907,7 @@ def build_parser():
     p.add_argument("--valid", metavar="PATH",
                    help="validation LETOR file (early stopping); default with a folder: its "
                         "--fold's vali split")
-    p.add_argument("--fold", default="Fold1", help="fold of a LETOR folder (Fold1)")
+    p.add_argument("--fold", help="fold of a LETOR folder with folds (default Fold1)")
     p.add_argument("--objective", default="approx_ndcg",
                    help="objective name (default approx_ndcg; see below)")
     p.add_argument("--backend", choices=sorted(NATIVE), default="lightgbm",
@@ -940,7 +943,7 @@ def build_parser():
     p.add_argument("--model", required=True, metavar="MODEL", help="saved model file")
     p.add_argument("--data", required=True, metavar="PATH",
                    help="LETOR file to evaluate on, or a LETOR folder: its --fold's test split")
-    p.add_argument("--fold", default="Fold1", help="fold of a LETOR folder (Fold1)")
+    p.add_argument("--fold", help="fold of a LETOR folder with folds (default Fold1)")
 
     p = sub.add_parser(
         "compile", formatter_class=formatter,

@@ -439,11 +439,22 @@ def test_evaluate_refuses_bad_labels_without_traceback(small_files, tmp_path):
     assert_user_error(result, "huge.txt", "label 2000 is too large")
 
 
-def test_demo_creates_the_output_folder(tmp_path):
+def test_demo_creates_the_output_folder(tmp_path, capsys):
     out_dir = tmp_path / "new" / "folder"
     assert main(["demo", "--queries", "10", "--rounds", "3", "--patience", "2",
                  "--out-dir", str(out_dir), "--no-progress"]) == 0
     assert (out_dir / "approx_gbdt_demo.png").is_file()
+    # 2 validation queries: the same warning as train gives
+    assert "early stopping watches NDCG@10 on 2 validation queries" in capsys.readouterr().err
+
+
+def test_fold_of_a_folder_without_folds_is_refused(tmp_path, capsys):
+    rows = [(y, q, 0.1 * y + 0.01 * i, 0.5) for q in range(12) for i, y in enumerate([0, 1, 2])]
+    for name in ("train.txt", "vali.txt", "test.txt"):
+        _letor_lines(tmp_path / name, rows)
+    assert main(["train", "--train", str(tmp_path), "--fold", "Fold7", "--out",
+                 str(tmp_path / "m.txt")]) == 2
+    assert "no folds: leave out --fold" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("layout", ["Fold1", "folds.json"])
