@@ -66,7 +66,12 @@ def _usage(message):
 def _first_bad_line(path):
     """``(line number, line)`` of the first line that is not ``label [qid:Q] i:v ... [# ...]``."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with open(path, "rb") as f:
+            zipped = f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return None
+    opener = gzip.open if zipped else open
     try:
         with opener(path, "rt", errors="replace") as f:
             for number, line in enumerate(f, 1):
@@ -91,13 +96,18 @@ def _first_bad_line(path):
     return None
 
 
-def _load(path, what="data"):
+def _cli_message(err):
+    """A loader's error on one line, with the command line's flag for its keyword."""
+    return " ".join(str(err).split()).replace("pass zero_based=True", "use --zero-based")
+
+
+def _load(path, what="data", *, zero_based=False):
     """load_letor with its errors turned into one-line user errors; labels must be usable.
 
     LightGBM turns a NaN label into 0 before an objective sees it, so NaN and negative labels
     are refused here, where the file's own labels are still at hand.
     """
-    return _check_labels(_read(path, what), path)
+    return _check_labels(_read(path, what, zero_based=zero_based), path)
 
 
 def _check_labels(data, name):
@@ -112,7 +122,7 @@ def _check_labels(data, name):
     return data
 
 
-def _load_fold(path, fold):
+def _load_fold(path, fold, *, zero_based=False):
     """One fold of a LETOR folder (Fold1..FoldN, folds.json, or a folder with train.txt)."""
     from approx_gbdt.datasets import load_letor_folds
 
@@ -121,21 +131,22 @@ def _load_fold(path, fold):
     if single and fold is not None:
         raise _usage(f"{path} holds one split (train.txt, ...), no folds: leave out --fold")
     try:
-        (data,) = load_letor_folds(path, folds=None if single else [fold or "Fold1"])
+        (data,) = load_letor_folds(path, folds=None if single else [fold or "Fold1"],
+                                   zero_based=zero_based)
     except FileNotFoundError as err:
         raise CLIError(str(err)) from err
     except ValueError as err:
-        raise CLIError(" ".join(str(err).split())) from err
+        raise CLIError(_cli_message(err)) from err
     for split in ("train", "vali", "test"):
         _check_labels(getattr(data, split), f"{path} {data.name}/{split}")
     return data
 
 
-def _read(path, what):
+def _read(path, what, *, zero_based=False):
     from approx_gbdt.datasets import load_letor
 
     try:
-        return load_letor(path)
+        return load_letor(path, zero_based=zero_based)
     except FileNotFoundError as err:
         raise CLIError(f"{what} file not found: {path}") from err
     except ValueError as err:
@@ -146,7 +157,7 @@ def _read(path, what):
             raise CLIError(
                 f"{path}: line {number} is not 'label qid:Q index:value ...': {shown!r}"
             ) from err
-        raise CLIError(" ".join(str(err).split())) from err
+        raise CLIError(_cli_message(err)) from err
 
 
 def _pad(data, width):
@@ -590,15 +601,16 @@ def cmd_train(args):
 
     train_name, valid_name = args.train, args.valid
     if Path(args.train).is_dir():
-        fold = _load_fold(args.train, args.fold)
+        fold = _load_fold(args.train, args.fold, zero_based=args.zero_based)
         train, train_name = fold.train, f"{args.train} {fold.name}/train"
         if args.valid is None:
             valid, valid_name = fold.vali, f"{args.train} {fold.name}/vali"
         else:
-            valid = _load(args.valid, "validation")
+            valid = _load(args.valid, "validation", zero_based=args.zero_based)
     else:
-        train = _load(args.train, "training")
-        valid = None if args.valid is None else _load(args.valid, "validation")
+        train = _load(args.train, "training", zero_based=args.zero_based)
+        valid = None if args.valid is None else _load(args.valid, "validation",
+                                                      zero_based=args.zero_based)
     width = max(train.X.shape[1], 0 if valid is None else valid.X.shape[1])
     train = _pad(train, width)
     valid = None if valid is None else _pad(valid, width)
@@ -728,10 +740,10 @@ def cmd_evaluate(args):
     library, predict, n_model = _load_model(args.model)
     data_name = args.data
     if Path(args.data).is_dir():
-        fold = _load_fold(args.data, args.fold)
+        fold = _load_fold(args.data, args.fold, zero_based=args.zero_based)
         data, data_name = fold.test, f"{args.data} {fold.name}/test"
     else:
-        data = _load(args.data)
+        data = _load(args.data, zero_based=args.zero_based)
     n_data = data.X.shape[1]
     if n_data > n_model:
         extra = data.X[:, n_model:]
@@ -908,6 +920,8 @@ def build_parser():
                    help="validation LETOR file (early stopping); default with a folder: its "
                         "--fold's vali split")
     p.add_argument("--fold", help="fold of a LETOR folder with folds (default Fold1)")
+    p.add_argument("--zero-based", action="store_true",
+                   help="feature indices start at 0 (LETOR's start at 1)")
     p.add_argument("--objective", default="approx_ndcg",
                    help="objective name (default approx_ndcg; see below)")
     p.add_argument("--backend", choices=sorted(NATIVE), default="lightgbm",
@@ -944,6 +958,8 @@ def build_parser():
     p.add_argument("--data", required=True, metavar="PATH",
                    help="LETOR file to evaluate on, or a LETOR folder: its --fold's test split")
     p.add_argument("--fold", help="fold of a LETOR folder with folds (default Fold1)")
+    p.add_argument("--zero-based", action="store_true",
+                   help="feature indices start at 0 (LETOR's start at 1)")
 
     p = sub.add_parser(
         "compile", formatter_class=formatter,

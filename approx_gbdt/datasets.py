@@ -57,8 +57,44 @@ class LetorFold:
 # --------------------------------------------------------------------------------------------
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    """Open ``path`` for binary reading, past a leading UTF-8 byte order mark.
+
+    The file is decompressed with :mod:`gzip` when it starts with gzip's magic bytes, whatever
+    its name.
+    """
+    with open(path, "rb") as raw:
+        gzipped = raw.read(len(_GZIP_MAGIC)) == _GZIP_MAGIC
+    f = gzip.open(path, "rb") if gzipped else open(path, "rb")
+    try:
+        if f.read(len(_UTF8_BOM)) != _UTF8_BOM:
+            f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _parse_error(path: Path, err: Exception, zero_based: bool) -> ValueError:
+    """A ValueError naming ``path`` for an error of the SVMlight parser, with a hint if known."""
+    text = str(err)
+    if not zero_based and "Invalid index 0" in text:
+        return ValueError(
+            f"{path}: feature index 0 found, but LETOR files number features from 1; for a "
+            f"file written with 0-based indices (e.g. by sklearn's dump_svmlight_file default) "
+            f"pass zero_based=True"
+        )
+    if "invalid literal for int()" in text:
+        hint = "qid: values and feature indices must be integers, as in '2 qid:10 1:0.5'"
+    elif "should be sorted and unique" in text:
+        hint = "feature indices must increase along each line, each given at most once"
+    else:
+        return ValueError(f"{path}: cannot parse as LETOR/SVMlight text: {err}")
+    return ValueError(f"{path}: cannot parse as LETOR/SVMlight text: {err} ({hint})")
 
 
 def _query_file(path: Path) -> Path | None:
@@ -76,11 +112,15 @@ def _read_group_sizes(path: Path) -> np.ndarray:
         raise ValueError(f"{path}: expected one whole group size per line ({err})") from err
 
 
-def load_letor(path, *, n_features: int | None = None, dtype=np.float64) -> RankingData:
+def load_letor(
+    path, *, n_features: int | None = None, dtype=np.float64, zero_based: bool = False
+) -> RankingData:
     """Read a LETOR / SVMlight ranking file.
 
     Each line is ``label qid:Q 1:v1 2:v2 ... # comment`` (LF or CRLF endings; sparse indices
-    allowed, missing features are 0). A ``.gz`` file is read through :mod:`gzip`; parsing is
+    allowed, missing features are 0; feature indices increase along a line). A gzip-compressed
+    file is recognised by its first bytes, whatever its name, and read through :mod:`gzip`; a
+    UTF-8 byte order mark at the start is skipped. Parsing is
     :func:`sklearn.datasets.load_svmlight_file` with ``query_id=True``.
 
     Files without ``qid:`` (LightGBM's layout, e.g. ``rank.train``) are accepted when a group
@@ -90,12 +130,18 @@ def load_letor(path, *, n_features: int | None = None, dtype=np.float64) -> Rank
     Parameters
     ----------
     path : str or path-like
-        The ``.txt`` (or any plain text) or ``.gz`` file.
+        The plain text or gzip-compressed file.
     n_features : int, optional
-        Number of feature columns; default: the largest feature index in the file. Give it to
-        align several files (feature ``j`` is column ``j - 1``).
+        Number of feature columns; default: the largest feature index in the file (plus one
+        when ``zero_based``). Give it to align several files.
     dtype : numpy dtype, default float64
         Dtype of ``X``.
+    zero_based : bool, default False
+        False: features are numbered from 1, as in LETOR files, and feature ``j`` is column
+        ``j - 1``; an index 0 is an error. True: features are numbered from 0 (as
+        :func:`sklearn.datasets.dump_svmlight_file` writes by default) and feature ``j`` is
+        column ``j``. The choice is never made from the file, so files read with the same
+        setting have the same columns.
 
     Returns
     -------
@@ -107,17 +153,21 @@ def load_letor(path, *, n_features: int | None = None, dtype=np.float64) -> Rank
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If a line cannot be parsed, the file is empty, some lines lack ``qid:``, the rows of a
-        query are not contiguous, or there is no ``qid:`` and no ``.query`` file.
+        If a line cannot be parsed (including a non-integer ``qid:`` and, unless
+        ``zero_based``, a feature index 0), the file is empty, some lines lack ``qid:``, the
+        rows of a query are not contiguous, or there is no ``qid:`` and no ``.query`` file.
     """
     path = Path(path)
+    zero_based = bool(zero_based)  # sklearn treats only False itself as 1-based
     if not path.is_file():
         raise FileNotFoundError(f"LETOR file not found: {path}")
     try:
         with _open(path) as f:
-            X, y, qid = load_svmlight_file(f, n_features=n_features, dtype=dtype, query_id=True)
+            X, y, qid = load_svmlight_file(
+                f, n_features=n_features, dtype=dtype, zero_based=zero_based, query_id=True
+            )
     except (ValueError, OSError, EOFError) as err:
-        raise ValueError(f"{path}: cannot parse as LETOR/SVMlight text: {err}") from err
+        raise _parse_error(path, err, zero_based) from err
     n_rows = y.size
     if n_rows == 0:
         raise ValueError(f"{path}: the file holds no data lines")
@@ -175,8 +225,70 @@ def _fold_key(folder: Path) -> int:
     return int(re.fullmatch(r"Fold(\d+)", folder.name).group(1))
 
 
+_SPLITS = ("train", "vali", "test")
+
+
+def _folds_json_layout(folder: Path) -> dict[str, dict[str, list[Path]]]:
+    """Fold name -> split -> partition files, from ``folder/folds.json``, in its listed order.
+
+    Raises
+    ------
+    ValueError
+        Naming ``folds.json``, if it is not JSON or not of the documented structure.
+    """
+    file = folder / "folds.json"
+
+    def invalid(problem: str) -> ValueError:
+        return ValueError(
+            f"{file}: expected 'partitions' with 'file' entries and 'folds' with train/vali/test "
+            f"lists of partition names ({problem})"
+        )
+
+    try:
+        spec = json.loads(file.read_bytes())
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{file}: not valid JSON ({err})") from err
+    if not isinstance(spec, dict):
+        raise invalid(f"the file holds a {type(spec).__name__}, not an object")
+    partitions, folds = spec.get("partitions"), spec.get("folds")
+    if not isinstance(partitions, dict) or not isinstance(folds, dict):
+        raise invalid("'partitions' and 'folds' must both be objects")
+    files = {}
+    for name, part in partitions.items():
+        if not isinstance(part, dict) or not isinstance(part.get("file"), str):
+            raise invalid(f"partition {name!r} must be an object with a 'file' name")
+        files[name] = folder / part["file"]
+    if not folds:
+        raise invalid("'folds' lists no fold")
+    layout = {}
+    for fold_name, fold in folds.items():
+        if not isinstance(fold, dict):
+            raise invalid(f"fold {fold_name!r} must be an object with train/vali/test lists")
+        layout[fold_name] = {}
+        for split in _SPLITS:
+            names = fold.get(split)
+            if not isinstance(names, list) or not names:
+                raise invalid(
+                    f"{split!r} of fold {fold_name!r} must be a non-empty list of partition "
+                    f"names, got {names!r}"
+                )
+            unknown = [n for n in names if not isinstance(n, str) or n not in files]
+            if unknown:
+                raise invalid(
+                    f"{split!r} of fold {fold_name!r} names unknown partitions {unknown}; "
+                    f"known: {list(files)}"
+                )
+            layout[fold_name][split] = [files[n] for n in names]
+    return layout
+
+
 def load_letor_folds(
-    path, *, folds: Sequence[str] | None = None, n_features: int | None = None, dtype=np.float64
+    path,
+    *,
+    folds: str | Sequence[str] | None = None,
+    n_features: int | None = None,
+    dtype=np.float64,
+    zero_based: bool = False,
 ) -> list[LetorFold]:
     """Read the cross-validation folds of a LETOR dataset.
 
@@ -196,32 +308,31 @@ def load_letor_folds(
     ----------
     path : str or path-like
         The dataset folder.
-    folds : sequence of str, optional
-        Names of the folds to load (e.g. ``["Fold1"]``); default all, in numeric order.
-    n_features, dtype
-        As in :func:`load_letor`.
+    folds : str or sequence of str, optional
+        Names of the folds to load, in the order given (e.g. ``["Fold1", "Fold3"]``, or
+        ``"Fold1"`` for one fold). Default: all, ``Fold1 .. FoldN`` folders in numeric order
+        (``Fold2`` before ``Fold10``), ``folds.json`` folds in the order listed there.
+    n_features, dtype, zero_based
+        As in :func:`load_letor`; ``zero_based`` applies to every file alike.
 
     Returns
     -------
     list of LetorFold
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path``, a split file or a partition file is missing.
+    ValueError
+        If a fold name is unknown, ``folds.json`` is not valid JSON or not of the structure
+        above, or a file cannot be read (see :func:`load_letor`).
     """
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"LETOR dataset folder not found: {path}")
-    splits = ("train", "vali", "test")
+    splits = _SPLITS
     if (path / "folds.json").is_file():
-        spec = json.loads((path / "folds.json").read_text())
-        try:
-            files = {name: path / part["file"] for name, part in spec["partitions"].items()}
-            layout = {
-                name: {s: [files[p] for p in fold[s]] for s in splits}
-                for name, fold in spec["folds"].items()
-            }
-        except (KeyError, TypeError) as err:
-            raise ValueError(
-                f"{path / 'folds.json'}: expected 'partitions' with 'file' entries and 'folds' "
-                f"with train/vali/test lists of partition names (missing {err})"
-            ) from err
+        layout = _folds_json_layout(path)
     else:
         fold_dirs = [p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"Fold\d+", p.name)]
         if not fold_dirs and any(path.glob("train.txt*")):
@@ -236,6 +347,8 @@ def load_letor_folds(
             for d in sorted(fold_dirs, key=key)
         }
     if folds is not None:
+        if isinstance(folds, str):
+            folds = [folds]
         unknown = sorted(set(folds) - set(layout))
         if unknown:
             raise ValueError(f"{path}: no fold named {unknown}; available: {list(layout)}")
@@ -245,7 +358,9 @@ def load_letor_folds(
     for fold in layout.values():
         for file in (f for s in splits for f in fold[s]):
             if file not in cache:
-                cache[file] = load_letor(file, n_features=n_features, dtype=dtype)
+                cache[file] = load_letor(
+                    file, n_features=n_features, dtype=dtype, zero_based=zero_based
+                )
     width = max(d.X.shape[1] for d in cache.values())
     cache = {f: _with_n_features(d, width) for f, d in cache.items()}
     return [
@@ -265,12 +380,17 @@ def _label_thresholds(label_levels: int, decay: float) -> np.ndarray:
     return np.cumsum(p / p.sum())[:-1]
 
 
+def _is_int(value) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def make_ranking(
     n_queries: int = 200,
     *,
     docs_per_query: tuple[int, int] = (20, 120),
     n_features: int = 40,
-    n_informative: int = 10,
+    n_informative: int | None = None,
     label_levels: int = 5,
     label_decay: float = 0.45,
     noise: float = 0.5,
@@ -302,16 +422,21 @@ def make_ranking(
     n_queries : int, default 200
     docs_per_query : (int, int), default (20, 120)
         Inclusive range of query sizes, drawn uniformly.
-    n_features, n_informative : int
-        Total and informative number of features.
+    n_features : int, default 40
+        Total number of features.
+    n_informative : int, optional
+        Number of informative features, at most ``n_features``; default
+        ``min(10, n_features)``.
     label_levels : int, default 5
         Labels are ``0 .. label_levels - 1``.
     label_decay : float in (0, 1], default 0.45
         Ratio of successive label frequencies.
     noise : float, default 0.5
-        Standard deviation of the label noise relative to the unit-variance signal.
+        Standard deviation of the label noise relative to the unit-variance signal; finite
+        and >= 0.
     query_effect : float, default 1.0
-        Standard deviation of the per-query offset (not visible in the features).
+        Standard deviation of the per-query offset (not visible in the features); finite and
+        >= 0.
     seed : int, default 0
         Same seed, same data.
 
@@ -319,14 +444,33 @@ def make_ranking(
     -------
     RankingData
         ``X`` float64 (n, n_features), ``y`` float64 labels, ``group_ptr`` int64.
+
+    Raises
+    ------
+    ValueError
+        If a count is not an integer or out of range, ``label_decay`` is not in (0, 1], or
+        ``noise`` or ``query_effect`` is negative or not finite.
     """
-    lo, hi = docs_per_query
+    for name, value in [
+        ("n_queries", n_queries),
+        ("n_features", n_features),
+        ("n_informative", n_informative),
+        ("label_levels", label_levels),
+    ]:
+        if value is not None and not _is_int(value):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    if n_informative is None:
+        n_informative = min(10, n_features)
+    try:
+        lo, hi = docs_per_query
+    except (TypeError, ValueError):
+        lo = hi = None
+    if not (_is_int(lo) and _is_int(hi) and 1 <= lo <= hi):
+        raise ValueError(
+            f"docs_per_query must be (lo, hi) with integers 1 <= lo <= hi, got {docs_per_query!r}"
+        )
     if n_queries < 1:
         raise ValueError(f"n_queries must be >= 1, got {n_queries}")
-    if not 1 <= lo <= hi:
-        raise ValueError(
-            f"docs_per_query must be (lo, hi) with 1 <= lo <= hi, got {docs_per_query}"
-        )
     if not 1 <= n_informative <= n_features:
         raise ValueError(
             f"need 1 <= n_informative <= n_features, got {n_informative} and {n_features}"
@@ -335,8 +479,9 @@ def make_ranking(
         raise ValueError(f"label_levels must be >= 2, got {label_levels}")
     if not 0 < label_decay <= 1:
         raise ValueError(f"label_decay must be in (0, 1], got {label_decay}")
-    if noise < 0 or query_effect < 0:
-        raise ValueError("noise and query_effect must be >= 0")
+    for name, value in [("noise", noise), ("query_effect", query_effect)]:
+        if not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be finite and >= 0, got {value}")
 
     rng = np.random.default_rng(seed)
     sizes = rng.integers(lo, hi + 1, size=n_queries)
@@ -378,7 +523,7 @@ def make_ranking_splits(
     Parameters
     ----------
     n_queries : (int, int, int), default (200, 60, 60)
-        Number of queries in train, valid and test.
+        Number of queries in train, valid and test; integers >= 1.
     seed : int, default 0
     **kwargs
         Passed to :func:`make_ranking` (``docs_per_query``, ``n_features``, ``noise``, ...).
@@ -389,10 +534,14 @@ def make_ranking_splits(
         ``{"train": RankingData, "valid": RankingData, "test": RankingData}``; the queries
         share the latent model (same weights) but are disjoint.
     """
-    if len(n_queries) != 3 or min(n_queries) < 1:
-        raise ValueError(f"n_queries must be three counts >= 1, got {n_queries}")
-    data = make_ranking(int(sum(n_queries)), seed=seed, **kwargs)
-    bounds = np.cumsum([0, *n_queries])
+    try:
+        counts = tuple(n_queries)
+    except TypeError:
+        counts = ()
+    if len(counts) != 3 or not all(_is_int(n) and n >= 1 for n in counts):
+        raise ValueError(f"n_queries must be three counts >= 1 (integers), got {n_queries!r}")
+    data = make_ranking(int(sum(counts)), seed=seed, **kwargs)
+    bounds = np.cumsum([0, *counts])
     out = {}
     for name, q0, q1 in zip(("train", "valid", "test"), bounds[:-1], bounds[1:], strict=True):
         a, b = data.group_ptr[q0], data.group_ptr[q1]

@@ -448,6 +448,22 @@ def test_demo_creates_the_output_folder(tmp_path, capsys):
     assert "early stopping watches NDCG@10 on 2 validation queries" in capsys.readouterr().err
 
 
+def test_zero_based_files_need_the_flag(tmp_path, capsys):
+    """A file with feature index 0 is refused as LETOR (1-based) and read with --zero-based."""
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(0)
+    X, y = rng.random((60, 3)), np.tile([0.0, 1.0, 2.0], 20)
+    path = tmp_path / "zero.txt"
+    dump_svmlight_file(X, y, str(path), query_id=np.repeat(np.arange(20), 3), zero_based=True)
+    argv = ["train", "--train", str(path), "--out", str(tmp_path / "m.txt"), "--rounds", "2",
+            "--param", "min_data_in_leaf=2", "--no-progress"]
+    assert main(argv) == 1
+    assert "use --zero-based" in capsys.readouterr().err
+    assert main([*argv, "--zero-based"]) == 0
+    assert (tmp_path / "m.txt").is_file()
+
+
 def test_fold_of_a_folder_without_folds_is_refused(tmp_path, capsys):
     rows = [(y, q, 0.1 * y + 0.01 * i, 0.5) for q in range(12) for i, y in enumerate([0, 1, 2])]
     for name in ("train.txt", "vali.txt", "test.txt"):

@@ -118,11 +118,65 @@ def test_load_letor_errors(tmp_path):
     empty = write(tmp_path / "empty.txt", b"# nothing here\n")
     with pytest.raises(ValueError, match="no data lines"):
         load_letor(empty)
-    not_gzip = write(tmp_path / "plain.txt", TINY).rename(tmp_path / "plain.txt.gz")
-    with pytest.raises(ValueError, match=r"plain\.txt\.gz: cannot parse"):
-        load_letor(not_gzip)
+    truncated = tmp_path / "cut.txt.gz"
+    truncated.write_bytes(write(tmp_path / "whole.txt.gz", TINY).read_bytes()[:-10])
+    with pytest.raises(ValueError, match=r"cut\.txt\.gz: cannot parse"):
+        load_letor(truncated)
     with pytest.raises(ValueError, match=r"t\.txt: cannot parse"):
         load_letor(write(tmp_path / "t.txt", TINY), n_features=2)  # feature 3 does not fit
+
+
+def test_load_letor_detects_gzip_by_content_and_skips_bom(tmp_path):
+    # gzip is recognised by its magic bytes, whatever the file name
+    for name in ("gz_named.txt", "UPPER.TXT.GZ", "no_suffix"):
+        with gzip.open(tmp_path / name, "wb") as f:
+            f.write(TINY)
+        assert_data_equal(load_letor(tmp_path / name), TINY_X, TINY_Y, TINY_PTR)
+    # plain text is read as such even when named .gz
+    plain = write(tmp_path / "plain.txt", TINY).rename(tmp_path / "plain.txt.gz")
+    assert_data_equal(load_letor(plain), TINY_X, TINY_Y, TINY_PTR)
+    # a UTF-8 byte order mark at the start is skipped, plain or compressed
+    for name in ("bom.txt", "bom.txt.gz"):
+        data = load_letor(write(tmp_path / name, b"\xef\xbb\xbf" + TINY))
+        assert_data_equal(data, TINY_X, TINY_Y, TINY_PTR)
+
+
+def test_load_letor_error_hints(tmp_path):
+    text_qid = write(tmp_path / "sq.txt", b"2 qid:abc 1:0.1\n0 qid:abc 1:0.2\n")
+    with pytest.raises(ValueError, match=r"sq\.txt: .*qid: values .* must be integers"):
+        load_letor(text_qid)
+    for name, line in [("order.txt", b"2 qid:1 3:0.3 1:0.1\n"), ("dup.txt", b"2 qid:1 1:1 1:2\n")]:
+        with pytest.raises(ValueError, match=rf"{name}: .*must increase along each line"):
+            load_letor(write(tmp_path / name, line))
+
+
+def test_load_letor_is_one_based_unless_told(tmp_path):
+    # feature 0 in a 1-based file is an error naming the file and the remedy
+    zero = write(tmp_path / "zero.txt", b"2 qid:1 0:5 2:0.5\n0 qid:1 1:0.25\n")
+    with pytest.raises(ValueError, match=r"zero\.txt: .*index 0.*zero_based=True"):
+        load_letor(zero)
+    # zero_based=True: feature j is column j
+    X, _, _ = load_letor(zero, zero_based=True)
+    np.testing.assert_array_equal(X, [[5.0, 0.0, 0.5], [0.0, 0.25, 0.0]])
+    # every file is read alike: a file without index 0 is still 1-based by default ...
+    X1, _, _ = load_letor(write(tmp_path / "one.txt", b"1 qid:1 1:7 2:8\n"))
+    np.testing.assert_array_equal(X1, [[7.0, 8.0]])
+    # ... and 0-based under zero_based=True, so splits line up column by column
+    X0, _, _ = load_letor(tmp_path / "one.txt", zero_based=True)
+    np.testing.assert_array_equal(X0, [[0.0, 7.0, 8.0]])
+
+
+def test_load_letor_folds_zero_based_applies_to_every_file(tmp_path):
+    # only train.txt uses index 0 (as sklearn's dump_svmlight_file writes by default)
+    write(tmp_path / "train.txt", b"2 qid:1 0:5 1:0.2 2:0.3\n0 qid:1 0:1 1:0.5 2:0.6\n")
+    write(tmp_path / "vali.txt", b"1 qid:2 1:0.7 2:0.8\n")
+    write(tmp_path / "test.txt", b"1 qid:3 1:0.1 2:0.2\n")
+    with pytest.raises(ValueError, match=r"train\.txt: .*zero_based=True"):
+        load_letor_folds(tmp_path)
+    (fold,) = load_letor_folds(tmp_path, zero_based=True)
+    np.testing.assert_array_equal(fold.train.X[:, 1:], [[0.2, 0.3], [0.5, 0.6]])
+    np.testing.assert_array_equal(fold.vali.X, [[0.0, 0.7, 0.8]])
+    np.testing.assert_array_equal(fold.test.X, [[0.0, 0.1, 0.2]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,6 +206,9 @@ def test_load_letor_folds_fold_folders(tmp_path):
     np.testing.assert_array_equal(fold.test.group_ptr, [0, 1, 3])
     only = load_letor_folds(tmp_path / "data", folds=["Fold2"])
     assert [f.name for f in only] == ["Fold2"]
+    # one fold may be named by a plain string
+    only = load_letor_folds(tmp_path / "data", folds="Fold10")
+    assert [f.name for f in only] == ["Fold10"]
     # a single fold folder
     single = load_letor_folds(tmp_path / "data" / "Fold1")
     assert len(single) == 1 and single[0].train.X.shape == (3, 5)
@@ -170,6 +227,42 @@ def test_load_letor_folds_json_layout(tmp_path):
     np.testing.assert_array_equal(fold.train.group_ptr, [0, 2, 3, 5])
     np.testing.assert_array_equal(fold.train.y, [2, 0, 1, 0, 1])
     np.testing.assert_array_equal(fold.test.X, fold.train.X[:3])
+
+
+def test_load_letor_folds_json_keeps_listed_order(tmp_path):
+    write(tmp_path / "A.txt", TINY)
+    (tmp_path / "folds.json").write_text(
+        '{"partitions": {"A": {"file": "A.txt"}}, "folds": {'
+        '"Fold2": {"train": ["A"], "vali": ["A"], "test": ["A"]},'
+        '"Fold1": {"train": ["A"], "vali": ["A"], "test": ["A"]}}}'
+    )
+    assert [f.name for f in load_letor_folds(tmp_path)] == ["Fold2", "Fold1"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "expected 'partitions'"),
+        ('{"partitions": {"A": "A.txt"}, "folds": {}}', "partition 'A'"),
+        ('{"partitions": {"A": {"file": "A.txt"}}, "folds": {}}', "lists no fold"),
+        ('{"partitions": {"A": {"file": "A.txt"}}, "folds": {"F": ["A"]}}', "fold 'F'"),
+        # a string instead of a list of names, one character long or not
+        ('{"partitions": {"A": {"file": "A.txt"}}, '
+         '"folds": {"F": {"train": "A", "vali": ["A"], "test": ["A"]}}}', "'train' of fold 'F'"),
+        ('{"partitions": {"AB": {"file": "A.txt"}}, '
+         '"folds": {"F": {"train": "AB", "vali": ["AB"], "test": ["AB"]}}}', "'train' of fold"),
+        ('{"partitions": {"A": {"file": "A.txt"}}, '
+         '"folds": {"F": {"train": ["A"], "vali": [], "test": ["A"]}}}', "'vali' of fold 'F'"),
+        ('{"partitions": {"A": {"file": "A.txt"}}, '
+         '"folds": {"F": {"train": ["A"], "vali": ["Z"], "test": ["A"]}}}', "unknown .*'Z'"),
+    ],
+)
+def test_load_letor_folds_json_structure_errors(tmp_path, text, message):
+    write(tmp_path / "A.txt", TINY)
+    (tmp_path / "folds.json").write_text(text)
+    with pytest.raises(ValueError, match=rf"folds\.json: .*{message}"):
+        load_letor_folds(tmp_path)
 
 
 def test_load_letor_folds_errors(tmp_path):
@@ -276,6 +369,37 @@ def test_make_ranking_errors():
         make_ranking(5, noise=-1)
     with pytest.raises(ValueError, match="three counts"):
         make_ranking_splits((10, 5))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5])
+def test_make_ranking_noise_must_be_finite(value):
+    with pytest.raises(ValueError, match="noise"):
+        make_ranking(5, noise=value)
+    with pytest.raises(ValueError, match="query_effect"):
+        make_ranking(5, query_effect=value)
+
+
+def test_make_ranking_counts_must_be_integers():
+    with pytest.raises(ValueError, match=r"three counts >= 1 \(integers\)"):
+        make_ranking_splits((10.5, 5, 5))
+    with pytest.raises(ValueError, match="docs_per_query"):
+        make_ranking(5, docs_per_query=(5.5, 10))
+    with pytest.raises(ValueError, match="docs_per_query"):
+        make_ranking(5, docs_per_query=(5, 10, 20))
+    with pytest.raises(ValueError, match="n_queries"):
+        make_ranking(5.0)
+    with pytest.raises(ValueError, match="n_features"):
+        make_ranking(5, n_features=12.0)
+    # numpy integers are integers
+    assert make_ranking(np.int64(3), docs_per_query=(np.int32(2), 4)).n_queries == 3
+
+
+def test_make_ranking_default_informative_fits_few_features():
+    X, _, _ = make_ranking(5, n_features=5, docs_per_query=(3, 6))
+    assert X.shape[1] == 5
+    # the default is 10 informative features when there are at least 10
+    for a, b in zip(make_ranking(5), make_ranking(5, n_informative=10), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_make_ranking_splits_disjoint_queries():
