@@ -1,5 +1,6 @@
-"""One trainer for both hosts: the command line, :class:`ApproxXGBRanker` and the benchmarks
-train through :func:`fit_ranker`.
+"""One trainer for both hosts: the command line and the benchmarks train through
+:func:`fit_ranker` (early stopping on an exact measure of :mod:`approx_gbdt.metrics`, as
+:class:`ApproxXGBRanker` does with its own ``xgboost.train`` call).
 
 Examples
 --------

@@ -7,16 +7,19 @@ need nothing of the sort: ``lightgbm.LGBMRanker(objective=approx_ndcg_obj)`` wor
 
 from __future__ import annotations
 
+import copy
 import numbers
+import os
 
 import numpy as np
 import xgboost as xgb
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from approx_gbdt._kernels import threads_capped
+from approx_gbdt.metrics import make_xgboost_metric
 from approx_gbdt.model_selection import query_order
 from approx_gbdt.objectives import approx_ndcg_obj
-from approx_gbdt.training import fit_ranker
 from approx_gbdt.utils import group_sizes_from_ptr
 
 __all__ = ["ApproxXGBRanker"]
@@ -100,6 +103,75 @@ def _capped(objective, n_jobs):
     return capped
 
 
+_IMPORTANCE_TYPES = ("weight", "gain", "cover", "total_gain", "total_cover")
+
+# Arguments of xgboost.train besides its booster parameters, and what takes their place here.
+_TRAIN_ARGUMENTS = {
+    "dtrain": "pass the data to fit",
+    "num_boost_round": "use ApproxXGBRanker(n_estimators=...)",
+    "evals": "use fit(eval_set=...)",
+    "obj": "use ApproxXGBRanker(objective=...)",
+    "maximize": "ApproxXGBRanker sets it",
+    "early_stopping_rounds": "use ApproxXGBRanker(early_stopping_rounds=...)",
+    "evals_result": "read evals_result() after fit",
+    "verbose_eval": "use fit(verbose=...)",
+    "xgb_model": "use fit(xgb_model=...)",
+    "callbacks": "use ApproxXGBRanker(callbacks=...)",
+    "custom_metric": "the metrics are eval_at's exact ndcg@k, or xgb_params['eval_metric']",
+    "feval": "the metrics are eval_at's exact ndcg@k, or xgb_params['eval_metric']",
+}
+
+
+def _not_fitted():
+    return NotFittedError("this ApproxXGBRanker is not fitted yet: call fit first")
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _cut_offs(eval_at):
+    """``eval_at`` as a list of positive ints (one int stands for itself)."""
+    one = isinstance(eval_at, numbers.Integral) and not isinstance(eval_at, bool)
+    try:
+        cut_offs = list((eval_at,) if one else eval_at)
+    except TypeError:
+        cut_offs = []
+    if not cut_offs or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1
+                           for k in cut_offs):
+        raise ValueError(
+            f"eval_at must be a positive integer or a sequence of them, got {eval_at!r}"
+        )
+    return [int(k) for k in cut_offs]
+
+
+def _check_importance_type(importance_type):
+    if importance_type not in _IMPORTANCE_TYPES:
+        raise ValueError(
+            f"importance_type must be one of {', '.join(map(repr, _IMPORTANCE_TYPES))}, "
+            f"got {importance_type!r}"
+        )
+
+
+def _start_model(xgb_model):
+    """A copy of the model to continue from (None: none), without the best round that early
+    stopping recorded in it: the rounds trained now decide that again."""
+    if xgb_model is None:
+        return None
+    if callable(getattr(xgb_model, "get_booster", None)):  # ApproxXGBRanker, XGBRanker
+        xgb_model = xgb_model.get_booster()
+    if not isinstance(xgb_model, (xgb.Booster, str, os.PathLike, bytearray)):
+        raise TypeError(
+            "xgb_model must be an xgboost.Booster, the path of a saved model or a fitted "
+            f"ApproxXGBRanker, got {type(xgb_model).__name__}"
+        )
+    booster = xgb.Booster(model_file=xgb_model)
+    booster.set_attr(best_iteration=None, best_score=None)
+    return booster
+
+
 class ApproxXGBRanker(BaseEstimator):
     """Gradient-boosted ranker on XGBoost with an approx_gbdt (or any callable) objective.
 
@@ -107,7 +179,7 @@ class ApproxXGBRanker(BaseEstimator):
     ----------
     objective : callable, default approx_ndcg_obj
         ``f(preds, dmatrix) -> (grad, hess)``, e.g. :data:`approx_ndcg_obj`,
-        :class:`ApproxNDCG` or :class:`ApproxAP` instances.
+        :class:`ApproxNDCG` or :class:`ApproxAP` instances (an instance, not the class).
     n_estimators : int, default 100
         Boosting rounds (the upper bound when early stopping).
     learning_rate, max_depth, min_child_weight, reg_lambda, subsample, colsample_bytree,
@@ -117,23 +189,42 @@ class ApproxXGBRanker(BaseEstimator):
         ``min_child_weight=1`` and ``0.01`` rank within noise of each other on generated data
         and MQ2008
         (``benchmarks/results/min_child_weight``).
-    eval_at : sequence of int, default (10,)
-        Cut-offs of XGBoost's ``ndcg@k`` metric on ``eval_set``; early stopping watches the
-        last one on the last evaluation set.
+    eval_at : int or sequence of int, default (10,)
+        Cut-offs of the ``ndcg@k`` metrics on ``eval_set``: approx_gbdt's exact NDCG@k
+        (:func:`approx_gbdt.metrics.make_xgboost_metric`), the mean over the queries with a
+        relevant document, equal scores ranked worst-first (as in :meth:`score`), weighted by
+        ``sample_weight_eval_set``: row order does not matter. Early stopping watches the
+        last cut-off on the last evaluation set. Unused when ``xgb_params`` sets
+        ``eval_metric``.
     early_stopping_rounds : int, optional
+        Stop when the watched metric has not improved for this many rounds (needs
+        ``eval_set``).
     importance_type : str, default "gain"
         What :attr:`feature_importances_` measures (``Booster.get_score``'s
         ``importance_type``: "gain", "weight", "cover", "total_gain", "total_cover").
     xgb_params : dict, optional
-        Any further ``xgboost.train`` parameters.
+        Further booster parameters (``xgboost.train``'s ``params``); they override the ones
+        above. ``eval_metric`` replaces the exact ``ndcg@k`` by XGBoost's own metrics (its
+        ``ndcg@k`` ranks equal scores in row order and counts a query without a relevant
+        document as 1), early stopping then watching the last of them. The other arguments
+        of ``xgboost.train`` ("callbacks", "obj", "num_boost_round", ...) are refused: they
+        have parameters of their own here.
+    callbacks : list of xgboost.callback.TrainingCallback, optional
+        Passed to ``xgboost.train``. Every fit trains with a copy of them
+        (``copy.deepcopy``), as ``sklearn.clone`` makes one for every fit of a search: a
+        callback's state (an ``EarlyStopping``'s best score, a counter) starts as given each
+        time and the objects passed in are left unchanged.
 
     Attributes
     ----------
     booster_ : xgboost.Booster
     evals_result_ : dict
+        ``{"validation_<i>": {metric name: [value per round]}}`` of the rounds of the last
+        fit (also :meth:`evals_result`).
     best_iteration_ : int
-        Best round (0-based) when early stopping was used, else the last round
-        (``best_iteration`` is the same, as ``XGBRanker`` names it).
+        Best round (0-based, counting the rounds of ``fit``'s ``xgb_model``) when early
+        stopping was used, else the last round (``best_iteration`` is the same, as
+        ``XGBRanker`` names it).
     best_score_ : float or None
         The validation metric at the best round when early stopping was used, else None
         (also ``best_score``).
@@ -176,6 +267,7 @@ class ApproxXGBRanker(BaseEstimator):
         n_jobs=None,
         importance_type="gain",
         xgb_params=None,
+        callbacks=None,
     ):
         self.objective = objective
         self.n_estimators = n_estimators
@@ -193,6 +285,7 @@ class ApproxXGBRanker(BaseEstimator):
         self.n_jobs = n_jobs
         self.importance_type = importance_type
         self.xgb_params = xgb_params
+        self.callbacks = callbacks
 
     def get_params(self, deep=True):
         """The estimator's parameters; with ``deep``, also the objective's options as
@@ -223,15 +316,28 @@ class ApproxXGBRanker(BaseEstimator):
         return self
 
     def _params(self):
+        """XGBoost's booster parameters and the names of the exact metrics (None when
+        ``xgb_params`` sets XGBoost's own ``eval_metric``)."""
+        if isinstance(self.objective, type):
+            name = self.objective.__name__
+            raise TypeError(
+                f"objective is the class {name}, not an instance: pass {name}() "
+                f"(or {name}(...) with options)"
+            )
         if not callable(self.objective):
             raise TypeError(f"objective must be callable, got {self.objective!r}")
-        if isinstance(self.n_estimators, bool) or not isinstance(
-            self.n_estimators, numbers.Integral
-        ) or self.n_estimators < 1:
-            raise ValueError(f"n_estimators must be a positive integer, got {self.n_estimators!r}")
-        eval_at = [int(k) for k in self.eval_at]
-        if not eval_at or min(eval_at) < 1:
-            raise ValueError(f"eval_at must hold positive cut-offs, got {self.eval_at!r}")
+        _positive_int("n_estimators", self.n_estimators)
+        if self.early_stopping_rounds is not None:
+            _positive_int("early_stopping_rounds", self.early_stopping_rounds)
+        eval_at = _cut_offs(self.eval_at)
+        _check_importance_type(self.importance_type)
+        extra = dict(self.xgb_params or {})
+        for key in extra:
+            if key in _TRAIN_ARGUMENTS:
+                raise ValueError(
+                    f"xgb_params[{key!r}] is an argument of xgboost.train, not a booster "
+                    f"parameter: {_TRAIN_ARGUMENTS[key]}"
+                )
         params = {
             "eta": self.learning_rate,
             "max_depth": self.max_depth,
@@ -242,13 +348,27 @@ class ApproxXGBRanker(BaseEstimator):
             "tree_method": self.tree_method,
             "max_bin": self.max_bin,
             "seed": self.random_state,
-            "eval_metric": [f"ndcg@{k}" for k in eval_at],
             "disable_default_eval_metric": 1,
         }
         if self.n_jobs is not None:
             params["nthread"] = self.n_jobs
-        params.update(self.xgb_params or {})
-        return params
+        params.update(extra)
+        if "eval_metric" in params:
+            return params, None
+        return params, [f"ndcg@{k}" for k in eval_at]
+
+    def _copied_callbacks(self):
+        """A deep copy of ``callbacks`` for one fit."""
+        if self.callbacks is None:
+            return []
+        if isinstance(self.callbacks, xgb.callback.TrainingCallback):
+            raise TypeError("callbacks must be a list of callbacks, got one callback")
+        try:
+            return copy.deepcopy(list(self.callbacks))
+        except Exception as err:
+            raise TypeError(
+                f"every fit trains with a copy of callbacks (copy.deepcopy), which failed: {err}"
+            ) from err
 
     def fit(
         self,
@@ -263,14 +383,41 @@ class ApproxXGBRanker(BaseEstimator):
         eval_qid=None,
         sample_weight_eval_set=None,
         verbose=False,
+        xgb_model=None,
     ):
         """Fit on ``X, y`` with queries given by ``group`` (sizes) or ``qid`` (ids).
 
-        ``eval_set`` is a list of ``(X, y)`` pairs with ``eval_group`` or ``eval_qid`` lists
-        of the same length, and optionally ``sample_weight_eval_set``, a list of per-query
-        weights (or None) for them.
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Relevance labels.
+        group, qid : array-like, optional
+            Query sizes (rows of a query contiguous) or one query id per row; exactly one.
+        sample_weight : array-like of shape (n_queries,), optional
+            One weight per query (see Notes of the class).
+        eval_set : list of (X, y) pairs, optional
+            Evaluation sets, recorded as ``validation_0``, ``validation_1``, ... in
+            :meth:`evals_result`; early stopping watches the last one.
+        eval_group, eval_qid : list, optional
+            The queries of every evaluation set, as ``group`` or ``qid``.
+        sample_weight_eval_set : list, optional
+            Per-query weights (or None) of every evaluation set.
+        verbose : bool or int, default False
+            Print the evaluation every round (True) or every ``verbose`` rounds.
+        xgb_model : xgboost.Booster, str, os.PathLike or ApproxXGBRanker, optional
+            A model (or the path of one saved by XGBoost) to continue: ``n_estimators``
+            more rounds are added to a copy of its trees. Its best round from early
+            stopping is dropped; :attr:`best_iteration_` counts its rounds too.
+
+        Returns
+        -------
+        ApproxXGBRanker
+            The fitted estimator.
         """
-        params = self._params()
+        params, metrics = self._params()
+        start = _start_model(xgb_model)
+        callbacks = self._copied_callbacks()
         dtrain = _dmatrix(X, y, group, qid, sample_weight, "training data")
         names = dtrain.feature_names  # a DataFrame's columns, else None
         evals = []
@@ -287,16 +434,29 @@ class ApproxXGBRanker(BaseEstimator):
                           f"validation_{i}"))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set")
-        monitor = []
+        if self.early_stopping_rounds is not None and not np.any(evals[-1][0].get_label() > 0):
+            raise ValueError(
+                f"eval_set[{len(evals) - 1}] has no relevant document (label > 0): its NDCG "
+                "is the same for every model, so early stopping cannot choose a round"
+            )
         if verbose and evals:
             period = 1 if verbose is True else int(verbose)
-            monitor.append(xgb.callback.EvaluationMonitor(period=period))
-        fit = fit_ranker("xgboost", _capped(self.objective, self.n_jobs), dtrain,
-                         [d for d, _ in evals], valid_names=[name for _, name in evals],
-                         params=params, num_boost_round=self.n_estimators,
-                         early_stopping_rounds=self.early_stopping_rounds, metric=None,
-                         callbacks=monitor)
-        self.booster_, self.evals_result_ = fit.booster, fit.evals_result
+            callbacks.append(xgb.callback.EvaluationMonitor(period=period))
+        if self.early_stopping_rounds is not None:
+            # the last cut-off on the last set, as XGBoost stops on its last metric
+            callbacks.append(xgb.callback.EarlyStopping(
+                rounds=int(self.early_stopping_rounds), data_name=evals[-1][1],
+                metric_name=metrics[-1] if metrics else None,
+                maximize=True if metrics else None))
+        record = {}
+        exact = make_xgboost_metric(metrics) if metrics and evals else None
+        self.booster_ = xgb.train(
+            params, dtrain, num_boost_round=int(self.n_estimators), evals=evals,
+            obj=_capped(self.objective, self.n_jobs), custom_metric=exact,
+            maximize=True if exact else None, evals_result=record, verbose_eval=False,
+            xgb_model=start, callbacks=callbacks or None,
+        )
+        self.evals_result_ = record
         self._set_fitted(dtrain.num_col())
         return self
 
@@ -320,7 +480,7 @@ class ApproxXGBRanker(BaseEstimator):
     def predict(self, X):
         """Scores (higher ranks first), from the best round when early stopping was used."""
         if not hasattr(self, "booster_"):
-            raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
+            raise _not_fitted()
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else list(names)
         _check_names(X, names, "predict")
@@ -346,13 +506,15 @@ class ApproxXGBRanker(BaseEstimator):
     def get_booster(self):
         """The fitted ``xgboost.Booster``."""
         if not hasattr(self, "booster_"):
-            raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
+            raise _not_fitted()
         return self.booster_
 
     @property
     def feature_importances_(self):
         """``importance_type`` of every feature, normalised to sum to 1 (0 for unused ones)."""
-        scores = self.get_booster().get_score(importance_type=self.importance_type)
+        booster = self.get_booster()
+        _check_importance_type(self.importance_type)
+        scores = booster.get_score(importance_type=self.importance_type)
         names = getattr(self, "feature_names_in_", None)
         keys = [f"f{i}" for i in range(self.n_features_in_)] if names is None else list(names)
         values = np.array([scores.get(key, 0.0) for key in keys], dtype=np.float32)
@@ -362,7 +524,7 @@ class ApproxXGBRanker(BaseEstimator):
     def evals_result(self):
         """The evaluation history of ``fit`` (``evals_result_``), as ``XGBRanker``."""
         if not hasattr(self, "evals_result_"):
-            raise ValueError("this ApproxXGBRanker is not fitted yet: call fit first")
+            raise _not_fitted()
         return self.evals_result_
 
     def save_model(self, fname):
