@@ -20,9 +20,11 @@ import argparse
 import gzip
 import importlib.util
 import os
+import re
 import sys
 import textwrap
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +75,7 @@ def _first_bad_line(path):
         return None
     opener = gzip.open if zipped else open
     try:
-        with opener(path, "rt", errors="replace") as f:
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:
             for number, line in enumerate(f, 1):
                 tokens = line.split("#", 1)[0].split()
                 if not tokens:
@@ -91,7 +93,7 @@ def _first_bad_line(path):
                             float(value)
                 except ValueError:
                     return number, line.strip()
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):
         return None
     return None
 
@@ -127,7 +129,10 @@ def _load_fold(path, fold, *, zero_based=False):
     from approx_gbdt.datasets import load_letor_folds
 
     path = Path(path)
-    single = not (path / "folds.json").is_file() and any(path.glob("train.txt*"))
+    # one split: no folds.json and no FoldN folder (as load_letor_folds decides)
+    single = (not (path / "folds.json").is_file() and any(path.glob("train.txt*"))
+              and not any(p.is_dir() and re.fullmatch(r"Fold\d+", p.name)
+                          for p in path.iterdir()))
     if single and fold is not None:
         raise _usage(f"{path} holds one split (train.txt, ...), no folds: leave out --fold")
     try:
@@ -405,7 +410,8 @@ def cmd_demo(args):
     print(f"LightGBM, learning rate {args.learning_rate:g}, at most {args.rounds} rounds, "
           f"early stopping on validation NDCG@10 (patience {args.patience}).")
     print(flush=True)
-    _check_validation_data(valid, "the generated validation data")
+    _check_validation_data(valid, "the generated validation data",
+                           "use more --queries or another --seed")
 
     methods = {"ApproxNDCG": approx_ndcg_obj, "ApproxAP": approx_ap_obj,
                "lambdarank": "lambdarank"}
@@ -477,13 +483,12 @@ def _check_training_data(data, path, objective):
 _FEW_VALID_QUERIES = 10
 
 
-def _check_validation_data(data, path):
+def _check_validation_data(data, path, remedy="use other validation data or leave out --valid"):
     counted = int(np.count_nonzero(np.maximum.reduceat(data.y, data.group_ptr[:-1]) > 0))
     if counted == 0:
         raise CLIError(
             f"{path}: no validation query has a relevant document (label > 0), so the "
-            "validation NDCG@10 is undefined and early stopping cannot work; use other "
-            "validation data or leave out --valid"
+            f"validation NDCG@10 is undefined and early stopping cannot work; {remedy}"
         )
     if counted < _FEW_VALID_QUERIES:
         queries = _plural(counted, "validation query", "validation queries")
@@ -802,6 +807,8 @@ def cmd_compare(args, rest):
             argv += [flag, str(value)]
     if args.quick:
         argv.append("--quick")
+    if args.zero_based:
+        argv.append("--zero-based")
     # the runner sets one-thread defaults (NUMBA_NUM_THREADS, ...) for its worker processes;
     # they are put back afterwards, as numba refuses a new thread count once it has started
     saved_environ, saved_path, saved_argv = dict(os.environ), list(sys.path), list(sys.argv)
@@ -811,8 +818,8 @@ def cmd_compare(args, rest):
     try:
         spec.loader.exec_module(quality)
         quality.main([*argv, *rest])
-    except ValueError as err:  # a bad --methods entry
-        raise CLIError(str(err)) from None
+    except ValueError as err:  # a bad --methods entry, unreadable data
+        raise CLIError(_cli_message(err)) from None
     except SystemExit as stop:  # the runner's own argument and data errors
         if stop.code in (None, 0):
             return 0
@@ -998,6 +1005,8 @@ def build_parser():
     p.add_argument("--folds", type=int, help="use only the first N folds")
     p.add_argument("--seeds", type=int, help="number of seeds")
     p.add_argument("--quick", action="store_true", help="smoke run")
+    p.add_argument("--zero-based", action="store_true",
+                   help="the folder's files number features from 0 (LETOR's from 1)")
     p.add_argument("--out", metavar="DIR", default=".",
                    help="output folder of the tables (default: the current folder)")
     return parser

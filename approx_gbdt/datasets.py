@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,8 @@ def load_letor(
         rows of a query are not contiguous, or there is no ``qid:`` and no ``.query`` file.
     """
     path = Path(path)
+    if not isinstance(zero_based, (bool, np.bool_)):  # "auto" would be read as True
+        raise TypeError(f"zero_based must be True or False, got {zero_based!r}")
     zero_based = bool(zero_based)  # sklearn treats only False itself as 1-based
     if not path.is_file():
         raise FileNotFoundError(f"LETOR file not found: {path}")
@@ -166,7 +169,7 @@ def load_letor(
             X, y, qid = load_svmlight_file(
                 f, n_features=n_features, dtype=dtype, zero_based=zero_based, query_id=True
             )
-    except (ValueError, OSError, EOFError) as err:
+    except (ValueError, OSError, EOFError, zlib.error) as err:  # zlib: a corrupt gzip body
         raise _parse_error(path, err, zero_based) from err
     n_rows = y.size
     if n_rows == 0:

@@ -88,17 +88,18 @@ def _dmatrix(X, y, group, qid, weight, what, names=_OWN):
     return d
 
 
-def _capped(objective, n_jobs):
-    """``objective`` with the Numba threads of its calls capped at ``n_jobs`` (positive), as
-    XGBoost's own threads are by ``nthread``: a Booster's ``nthread`` does not reach a custom
-    objective, and XGBoost's global one, which does (:mod:`approx_gbdt.hosts`), is not put
-    back after ``xgb.config_context(nthread=...)``."""
+def _capped(function, n_jobs):
+    """``function`` (the objective, the exact metric) with the Numba threads of its calls
+    capped at ``n_jobs`` (positive), as XGBoost's own threads are by ``nthread``: a Booster's
+    ``nthread`` does not reach custom code, and XGBoost's global one, which reaches the
+    objective (:mod:`approx_gbdt.hosts`), is not put back after
+    ``xgb.config_context(nthread=...)``."""
     if n_jobs is None or n_jobs <= 0:
-        return objective
+        return function
 
-    def capped(preds, dtrain):
+    def capped(preds, data):
         with threads_capped(int(n_jobs)):
-            return objective(preds, dtrain)
+            return function(preds, data)
 
     return capped
 
@@ -434,7 +435,8 @@ class ApproxXGBRanker(BaseEstimator):
                           f"validation_{i}"))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set")
-        if self.early_stopping_rounds is not None and not np.any(evals[-1][0].get_label() > 0):
+        if (self.early_stopping_rounds is not None and metrics is not None
+                and not np.any(evals[-1][0].get_label() > 0)):
             raise ValueError(
                 f"eval_set[{len(evals) - 1}] has no relevant document (label > 0): its NDCG "
                 "is the same for every model, so early stopping cannot choose a round"
@@ -449,7 +451,8 @@ class ApproxXGBRanker(BaseEstimator):
                 metric_name=metrics[-1] if metrics else None,
                 maximize=True if metrics else None))
         record = {}
-        exact = make_xgboost_metric(metrics) if metrics and evals else None
+        exact = (_capped(make_xgboost_metric(metrics), self.n_jobs) if metrics and evals
+                 else None)
         self.booster_ = xgb.train(
             params, dtrain, num_boost_round=int(self.n_estimators), evals=evals,
             obj=_capped(self.objective, self.n_jobs), custom_metric=exact,

@@ -182,22 +182,23 @@ def _generated_folds(name):
     return folds
 
 
-def _train_test_folder(train_file: Path, test_file: Path, drop_last=False):
+def _train_test_folder(train_file: Path, test_file: Path, drop_last=False, zero_based=False):
     from approx_gbdt import load_letor
 
-    train = load_letor(train_file)
-    test = load_letor(test_file)
+    train = load_letor(train_file, zero_based=zero_based)
+    test = load_letor(test_file, zero_based=zero_based)
     width = max(train.X.shape[1], test.X.shape[1])
-    train = load_letor(train_file, n_features=width)
-    test = load_letor(test_file, n_features=width)
+    train = load_letor(train_file, n_features=width, zero_based=zero_based)
+    test = load_letor(test_file, n_features=width, zero_based=zero_based)
     if drop_last:
         train, test = _drop_last_query(train), _drop_last_query(test)
     train, vali = _carve_validation(train)
     return [Fold("Fold1", train, vali, test)]
 
 
-def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
-    """The folds of a data set named as ``--data`` takes it (see the module docstring)."""
+def load_folds(data: str, n_folds: int | None = None, *, zero_based: bool = False) -> list[Fold]:
+    """The folds of a data set named as ``--data`` takes it (see the module docstring);
+    ``zero_based`` reads the files of a folder given by path with features numbered from 0."""
     from approx_gbdt import load_letor_folds
 
     if data in GENERATED:
@@ -230,13 +231,14 @@ def load_folds(data: str, n_folds: int | None = None) -> list[Fold]:
             p.is_dir() and re.fullmatch(r"Fold\d+", p.name) for p in path.iterdir()
         )
         if has_vali:
-            folds = [Fold(f.name, f.train, f.vali, f.test) for f in load_letor_folds(path)]
+            folds = [Fold(f.name, f.train, f.vali, f.test)
+                     for f in load_letor_folds(path, zero_based=zero_based)]
         else:
             trains = sorted(path.glob("train.txt*"))
             tests = sorted(path.glob("test.txt*"))
             if not (trains and tests):
                 raise SystemExit(f"--data {data}: no LETOR folds and no train/test files")
-            folds = _train_test_folder(trains[0], tests[0])
+            folds = _train_test_folder(trains[0], tests[0], zero_based=zero_based)
     if n_folds is not None:
         folds = folds[:n_folds]
     return folds
@@ -900,11 +902,12 @@ def run_unit(task: dict) -> dict:
 
     Returns the chosen configuration, the per-query test measures of its model and timings.
     """
-    key = (task["data"], task["n_folds"])
+    zero_based = task.get("zero_based", False)
+    key = (task["data"], task["n_folds"], zero_based)
     if key not in _FOLDS:
         _FOLDS.clear()
         _XGB_CACHE.clear()
-        _FOLDS[key] = load_folds(task["data"], task["n_folds"])
+        _FOLDS[key] = load_folds(task["data"], task["n_folds"], zero_based=zero_based)
     fold = _FOLDS[key][task["fold"]]
     method = parse_method(task["method"])
     budget = Budget(**task["budget"])

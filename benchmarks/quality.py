@@ -115,6 +115,8 @@ def parse_args(argv):
                    help="mq2008 (default), mq2008-small, generated, generated-long, lgb-yahoo, "
                         "mslr-sample or a LETOR folder")
     p.add_argument("--folds", type=int, default=None, help="use only the first N folds")
+    p.add_argument("--zero-based", action="store_true",
+                   help="a LETOR folder's files number features from 0 (LETOR's from 1)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     p.add_argument("--grid", choices=sorted(C.GRIDS), default="small",
                    help="tuning grid, the same for every method (default small: 4 configs; "
@@ -533,7 +535,7 @@ def report(args, argv, folds, methods, results, elapsed, failed=()) -> tuple[str
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    folds = C.load_folds(args.data, args.folds)
+    folds = C.load_folds(args.data, args.folds, zero_based=args.zero_based)
     methods = resolve_methods(args, folds)
     missing = [n for n in args.also_paired
                if C.parse_method(n).name not in {m.name for m in methods}]
@@ -544,8 +546,8 @@ def main(argv=None):
         "nn_patience": args.nn_patience, "threads": args.threads,
     }
     tasks = [
-        {"data": args.data, "n_folds": args.folds, "fold": f, "method": m.name, "seed": s,
-         "grid": args.grid, "budget": budget}
+        {"data": args.data, "n_folds": args.folds, "zero_based": args.zero_based, "fold": f,
+         "method": m.name, "seed": s, "grid": args.grid, "budget": budget}
         for m in methods for f in range(len(folds))
         for s in range(1 if m.library in DETERMINISTIC else args.seeds)
     ]

@@ -462,6 +462,29 @@ def test_zero_based_files_need_the_flag(tmp_path, capsys):
     assert "use --zero-based" in capsys.readouterr().err
     assert main([*argv, "--zero-based"]) == 0
     assert (tmp_path / "m.txt").is_file()
+    # a byte order mark in front does not turn the hint into "line 1 is not ..."
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert main(["train", "--train", str(marked), *argv[3:]]) == 1
+    assert "use --zero-based" in capsys.readouterr().err
+
+
+def test_compare_reads_zero_based_folders_with_the_flag(tmp_path, capsys):
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("train.txt", "vali.txt", "test.txt"):
+        X, y = rng.random((120, 3)), np.tile([0.0, 1.0, 2.0], 40)
+        dump_svmlight_file(X, y, str(folder / name), query_id=np.repeat(np.arange(40), 3),
+                           zero_based=True)
+    argv = ["compare", "--data", str(folder), "--quick", "--out", str(tmp_path), "--methods",
+            "lgb:lambdarank", "--no-neural", "--no-catboost", "--jobs", "1"]
+    assert main(argv) == 1
+    assert "use --zero-based" in capsys.readouterr().err
+    assert main([*argv, "--zero-based"]) == 0
+    assert len(list(tmp_path.glob("quality_*.md"))) == 1
 
 
 def test_fold_of_a_folder_without_folds_is_refused(tmp_path, capsys):
@@ -471,6 +494,13 @@ def test_fold_of_a_folder_without_folds_is_refused(tmp_path, capsys):
     assert main(["train", "--train", str(tmp_path), "--fold", "Fold7", "--out",
                  str(tmp_path / "m.txt")]) == 2
     assert "no folds: leave out --fold" in capsys.readouterr().err
+    # with FoldN folders beside the files, the folder has folds (as load_letor_folds reads it)
+    (tmp_path / "Fold1").mkdir()
+    for name in ("train.txt", "vali.txt", "test.txt"):
+        _letor_lines(tmp_path / "Fold1" / name, rows)
+    assert main(["train", "--train", str(tmp_path), "--fold", "Fold1", "--out",
+                 str(tmp_path / "m.txt"), "--rounds", "2", "--param", "min_data_in_leaf=2",
+                 "--no-progress"]) == 0
 
 
 @pytest.mark.parametrize("layout", ["Fold1", "folds.json"])

@@ -150,6 +150,16 @@ def test_load_letor_error_hints(tmp_path):
             load_letor(write(tmp_path / name, line))
 
 
+def test_load_letor_refuses_a_corrupt_gzip_and_a_non_bool_zero_based(tmp_path):
+    body = gzip.compress(TINY)
+    bad = write(tmp_path / "bad.txt.gz", body[:12] + b"\x00" * 8 + body[20:])
+    with pytest.raises(ValueError, match=r"bad\.txt\.gz: cannot parse"):
+        load_letor(bad)
+    plain = write(tmp_path / "plain.txt", TINY)
+    with pytest.raises(TypeError, match="zero_based must be True or False"):
+        load_letor(plain, zero_based="auto")  # sklearn's "auto" is not an option here
+
+
 def test_load_letor_is_one_based_unless_told(tmp_path):
     # feature 0 in a 1-based file is an error naming the file and the remedy
     zero = write(tmp_path / "zero.txt", b"2 qid:1 0:5 2:0.5\n0 qid:1 1:0.25\n")

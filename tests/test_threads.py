@@ -93,6 +93,31 @@ def test_a_thread_cap_only_goes_down():
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two Numba threads")
+def test_xgb_ranker_n_jobs_reaches_the_metric(monkeypatch):
+    """The exact NDCG@k of ApproxXGBRanker's evaluation runs under the n_jobs cap as well."""
+    import approx_gbdt.xgboost_ranker as xr
+    from approx_gbdt import ApproxXGBRanker
+
+    seen, make = [], xr.make_xgboost_metric
+
+    def spying(*args, **kwargs):
+        metric = make(*args, **kwargs)
+
+        def spy(preds, data):
+            seen.append(get_num_threads())
+            return metric(preds, data)
+
+        return spy
+
+    monkeypatch.setattr(xr, "make_xgboost_metric", spying)
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 3)), rng.integers(0, 3, 200).astype(float)
+    before = get_num_threads()
+    ApproxXGBRanker(n_estimators=3, n_jobs=1).fit(X, y, group=[50] * 4, eval_set=[(X, y)],
+                                                  eval_group=[[50] * 4])
+    assert seen == [1, 1, 1] and get_num_threads() == before
+
+
 def test_xgb_ranker_n_jobs_reaches_the_kernels(monkeypatch):
     """ApproxXGBRanker(n_jobs=1) caps the kernels' Numba threads during fit (a Booster's
     nthread does not reach a custom objective), whatever thread count the host passes them,

@@ -32,7 +32,7 @@ def test_early_stopping_does_not_depend_on_the_validation_row_order():
     """Ties in the first rounds' scores are ranked worst-first, not by row order: validation
     rows sorted by label within each query (a ranked export) stop at the same round as
     shuffled rows. XGBoost's own ndcg@10 puts the relevant rows of a tie first there and
-    stopped after the first round."""
+    stops after the first round."""
     params = {"n_estimators": 60, "early_stopping_rounds": 5, "n_jobs": 1}
     by_label = np.lexsort((-VALID.y, QVA))
     shuffled = np.random.default_rng(0).permutation(VALID.y.size)
@@ -164,3 +164,7 @@ def test_early_stopping_refuses_validation_data_without_a_relevant_document():
     with pytest.raises(ValueError, match="no relevant document .* cannot choose a round"):
         ranker.fit(TRAIN.X, TRAIN.y, qid=QTR, eval_set=[(VALID.X, np.zeros_like(VALID.y))],
                    eval_qid=[QVA])
+    # XGBoost's own metrics (rmse here) are defined on such data: no refusal
+    ApproxXGBRanker(n_estimators=3, early_stopping_rounds=2, n_jobs=1,
+                    xgb_params={"eval_metric": "rmse"}).fit(
+        TRAIN.X, TRAIN.y, qid=QTR, eval_set=[(VALID.X, np.zeros_like(VALID.y))], eval_qid=[QVA])
