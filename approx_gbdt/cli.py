@@ -17,10 +17,9 @@ feature counts, NaN labels, data with nothing to rank) end with one line
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.util
+import io
 import os
-import re
 import sys
 import textwrap
 import time
@@ -67,15 +66,10 @@ def _usage(message):
 
 def _first_bad_line(path):
     """``(line number, line)`` of the first line that is not ``label [qid:Q] i:v ... [# ...]``."""
-    path = Path(path)
+    from approx_gbdt.datasets import _open  # gzip by content, past a byte order mark
+
     try:
-        with open(path, "rb") as f:
-            zipped = f.read(2) == b"\x1f\x8b"
-    except OSError:
-        return None
-    opener = gzip.open if zipped else open
-    try:
-        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:
+        with io.TextIOWrapper(_open(Path(path)), encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, 1):
                 tokens = line.split("#", 1)[0].split()
                 if not tokens:
@@ -126,13 +120,11 @@ def _check_labels(data, name):
 
 def _load_fold(path, fold, *, zero_based=False):
     """One fold of a LETOR folder (Fold1..FoldN, folds.json, or a folder with train.txt)."""
-    from approx_gbdt.datasets import load_letor_folds
+    from approx_gbdt.datasets import _split_folders, load_letor_folds
 
     path = Path(path)
-    # one split: no folds.json and no FoldN folder (as load_letor_folds decides)
-    single = (not (path / "folds.json").is_file() and any(path.glob("train.txt*"))
-              and not any(p.is_dir() and re.fullmatch(r"Fold\d+", p.name)
-                          for p in path.iterdir()))
+    # one split (no folds.json, no FoldN folder), as load_letor_folds decides
+    single = not (path / "folds.json").is_file() and _split_folders(path) == [path]
     if single and fold is not None:
         raise _usage(f"{path} holds one split (train.txt, ...), no folds: leave out --fold")
     try:

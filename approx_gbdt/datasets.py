@@ -228,6 +228,16 @@ def _fold_key(folder: Path) -> int:
     return int(re.fullmatch(r"Fold(\d+)", folder.name).group(1))
 
 
+def _split_folders(path: Path) -> list[Path]:
+    """The folders holding a fold's split files when ``path`` has no ``folds.json``: its
+    ``FoldN`` subfolders in numeric order, else ``path`` itself when it holds a ``train.txt``
+    (one split); empty when it has neither."""
+    fold_dirs = [p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"Fold\d+", p.name)]
+    if not fold_dirs and any(path.glob("train.txt*")):
+        return [path]
+    return sorted(fold_dirs, key=_fold_key)
+
+
 _SPLITS = ("train", "vali", "test")
 
 
@@ -337,18 +347,10 @@ def load_letor_folds(
     if (path / "folds.json").is_file():
         layout = _folds_json_layout(path)
     else:
-        fold_dirs = [p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"Fold\d+", p.name)]
-        if not fold_dirs and any(path.glob("train.txt*")):
-            fold_dirs = [path]
-            key = None
-        else:
-            key = _fold_key
+        fold_dirs = _split_folders(path)
         if not fold_dirs:
             raise FileNotFoundError(f"{path}: no folds.json and no Fold1..FoldN folders")
-        layout = {
-            d.name: {s: [_find_split_file(d, s)] for s in splits}
-            for d in sorted(fold_dirs, key=key)
-        }
+        layout = {d.name: {s: [_find_split_file(d, s)] for s in splits} for d in fold_dirs}
     if folds is not None:
         if isinstance(folds, str):
             folds = [folds]

@@ -20,6 +20,7 @@ from approx_gbdt._kernels import threads_capped
 from approx_gbdt.metrics import make_xgboost_metric
 from approx_gbdt.model_selection import query_order
 from approx_gbdt.objectives import approx_ndcg_obj
+from approx_gbdt.training import _positive_int
 from approx_gbdt.utils import group_sizes_from_ptr
 
 __all__ = ["ApproxXGBRanker"]
@@ -125,12 +126,6 @@ _TRAIN_ARGUMENTS = {
 
 def _not_fitted():
     return NotFittedError("this ApproxXGBRanker is not fitted yet: call fit first")
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def _cut_offs(eval_at):
