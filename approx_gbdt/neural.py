@@ -49,6 +49,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from approx_gbdt import _torch_measures
+from approx_gbdt.measures import MEASURES
 from approx_gbdt.metrics import average_precision, mean_over_queries, ndcg
 from approx_gbdt.objectives import TRUNCATION_BETA, queries_to_rank, rank_requirement
 from approx_gbdt.utils import group_ptr_from_sizes
@@ -523,13 +524,17 @@ def _check_hidden(hidden):
     return tuple(int(h) for h in hidden)
 
 
+def _ready_options(loss):
+    """The options of ``loss``'s ready-made objective (:data:`approx_gbdt.MEASURES`; ApproxNDCG
+    and ApproxAP included), ``{}`` for RankNet, ListNet and ListMLE."""
+    info = MEASURES.get(loss)
+    return {} if info is None else info.instance.get_options()
+
+
 def _takes_k(loss):
     """Whether ``loss`` has a cutoff ``k`` (ApproxNDCG, ApproxDCG, ApproxPrecision,
     ApproxRecall)."""
-    if loss == "approx_ndcg":
-        return True
-    return loss in _torch_measures.LOSSES and "k" in _torch_measures.measure_objective(
-        loss, alpha=None, beta=None, k=None, threshold=None).get_options()
+    return "k" in _ready_options(loss)
 
 
 def _positive_int_or_none(name, value):
@@ -824,26 +829,22 @@ class NeuralRanker(BaseEstimator):
         uses (``beta`` only with a cutoff; None: the objective's own), else None."""
         if self.loss not in _torch_measures.LOSSES:
             return None
-        ready = _torch_measures.measure_objective(self.loss, alpha=None, beta=None, k=None,
-                                                  threshold=None)
-        has_cutoff = self.k is not None or ready.get_options().get("k") is not None
         return _torch_measures.measure_objective(
-            self.loss, alpha=self.alpha, beta=self.beta if has_cutoff else None, k=self.k,
-            threshold=self.threshold,
+            self.loss, alpha=self.alpha, beta=self.beta if self._has_cutoff() else None,
+            k=self.k, threshold=self.threshold,
         )
+
+    def _has_cutoff(self):
+        """Whether the loss truncates: ``k`` given, or its objective's own (ApproxPrecision's
+        and ApproxRecall's ``k=10``)."""
+        return self.k is not None or _ready_options(self.loss).get("k") is not None
 
     def _uses_beta(self):
         """Whether the loss reads ``beta``: ApproxAP, and the losses with a cutoff when they
         have one."""
         if self.loss == "approx_ap":
             return True
-        if self.loss == "approx_ndcg":
-            return self.k is not None
-        if self.loss not in _torch_measures.LOSSES:
-            return False
-        ready = _torch_measures.measure_objective(self.loss, alpha=None, beta=None, k=None,
-                                                  threshold=None).get_options()
-        return "beta" in ready and (self.k is not None or ready.get("k") is not None)
+        return "beta" in _ready_options(self.loss) and self._has_cutoff()
 
     def _relevance_threshold(self):
         """The threshold of binary relevance the loss uses, None for graded labels."""
