@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 from numba import config, get_num_threads, njit, set_num_threads
 
+from approx_gbdt import _behind
 from approx_gbdt._grid import (
     _P,
     GRID_MIN_N,
@@ -1010,6 +1011,20 @@ def _mostly_wide(s, group_ptr, sizes, short, alpha):
     return bool(pairs[cand & (span > _WIDE_SPAN)].sum() > 0.5 * pairs[short].sum())
 
 
+# The short tier's windowed loops stand in for the long tiers' blocks while those compile in a
+# background process (``_behind``) where they take at most this many ordered pairs a thread:
+# about 0.7 s a call with every pair in the window, as from equal scores (two threads, lists
+# of 1,000 and 2,000 documents: 0.37 ns an ordered pair, 0.74 a pair and thread), against the
+# 19-34 s the blocks take to compile.
+_STAND_IN_PAIRS = 1e9
+
+
+def _stand_in_cheap(sizes, nt):
+    """Whether the windowed loops are cheap enough for the queries of ``sizes`` on ``nt``
+    threads to stand in for the long tiers' blocks (``_STAND_IN_PAIRS``)."""
+    return float(np.sum(sizes.astype(np.float64) ** 2)) <= _STAND_IN_PAIRS * nt
+
+
 _NO_REL = np.zeros(1, dtype=np.int64)
 _EMPTY = np.empty(0)
 
@@ -1090,10 +1105,26 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
     if tier.any():
         _on_threads(short_block, nt, np.where(tier, sizes, 0), *args, small, short)
     tier = (sizes >= short) & (sizes < split)
-    if tier.any():
+    # while the long tiers' blocks compile in a background process (``_behind``), the short
+    # tier's windowed loops take their queries where that is cheap
+    long_waits = split_waits = False
+    if grid_mode == _GRID_AUTO and end > short:
+        cheap = _stand_in_cheap(sizes[sizes >= short], nt)
+        if tier.any():
+            long_waits = _behind.pending(long_block, (0, nq, *args, short, split, 1,
+                                                      grid_mode, _grid_tables()), cheap=cheap)
+        if end > split:
+            split_waits = _behind.pending(split_block, (0, nq, *args, split, end, nt,
+                                                        grid_mode, _grid_tables()), cheap=cheap)
+    if long_waits or split_waits:
+        lo = short if long_waits else split
+        hi = end if split_waits else split
+        _on_threads(short_block, nt, np.where((sizes >= lo) & (sizes < hi), sizes, 0), *args,
+                    lo, hi)
+    if tier.any() and not long_waits:
         _on_threads(long_block, nt, np.where(tier, sizes, 0), *args, short, split, 1,
                     grid_mode, _grid_tables())
-    if end > split:
+    if end > split and not split_waits:
         # one caller at a time: Numba's workqueue threading layer (where neither OpenMP nor
         # TBB is available) aborts when two threads enter its parallel loops at once
         with _SPLIT_LOCK:

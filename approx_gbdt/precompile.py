@@ -4,10 +4,13 @@ Numba compiles each kernel on its first call and caches the machine code on disk
 (``__pycache__`` next to the package, Numba's per-user cache folder when that is read-only, or
 ``NUMBA_CACHE_DIR``); every later process loads it in a fraction of a second. A first call
 compiles only the kernels of what it meets (the README's "First run" section has the
-seconds): short lists a few seconds, lists of 512 documents or more, scores spread far apart
-or another kind of Hessian more, each when it first appears, possibly late in a training run.
-:func:`precompile` makes those first calls at once, on small generated inputs, so that no later
-call waits for the compiler: run it once after installing (in a Docker image's build, a CI
+seconds): short lists a few seconds, scores spread far apart or another kind of Hessian more,
+each when it first appears, possibly late in a training run; lists of 512 documents or more
+compile the grid's blocks in a background process while exact loops stand in for them, so
+that a run's first rounds on long lists take the exact loops (``APPROX_GBDT_BACKGROUND_COMPILE=0``
+compiles them in the calling process instead). :func:`precompile` makes those first calls at
+once, on small generated inputs and all in this process, so that no later call waits for the
+compiler or takes a stand-in: run it once after installing (in a Docker image's build, a CI
 cache step) on the kind of machine that trains. Numba keys its cache by the CPU and by the
 versions of Python, Numba and the package's source files: a change of any of them compiles
 again.
@@ -112,11 +115,14 @@ def precompile(*, long_lists=True, all_hessians=False, progress=None):
     """
     from numba import get_num_threads
 
+    from approx_gbdt._behind import in_process
+
     seconds = {}
-    for label, call in _steps(bool(long_lists), bool(all_hessians), get_num_threads()):
-        if progress is not None:
-            progress(label)
-        start = time.perf_counter()
-        call()
-        seconds[label] = time.perf_counter() - start
+    with in_process():  # every step compiles here, none in a background process
+        for label, call in _steps(bool(long_lists), bool(all_hessians), get_num_threads()):
+            if progress is not None:
+                progress(label)
+            start = time.perf_counter()
+            call()
+            seconds[label] = time.perf_counter() - start
     return seconds

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+os.environ.setdefault("APPROX_GBDT_BACKGROUND_COMPILE", "0")  # as _common: compile here
 
 import numpy as np  # noqa: E402
 

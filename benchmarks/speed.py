@@ -42,6 +42,11 @@ import time
 
 import numpy as np
 
+# Every kernel compiles in the timing process on its first call (no background compilation
+# with the windowed loops standing in for the grid's blocks while timed calls run); the cold
+# start's fresh processes (cold_start.run_child) keep the default.
+os.environ.setdefault("APPROX_GBDT_BACKGROUND_COMPILE", "0")
+
 # approx_gbdt (and with it Numba) is imported inside the functions, so that a training
 # process of a native objective holds only what a user of the native objective would load.
 
