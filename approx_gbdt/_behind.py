@@ -29,11 +29,24 @@ import subprocess
 import sys
 import threading
 
+from numba.core.compiler_lock import global_compiler_lock
+
 ENV = "APPROX_GBDT_BACKGROUND_COMPILE"
 
 _LOCK = threading.Lock()
 _JOBS = {}  # (pid, module, name, signature) -> the background process compiling it
 _OFF = [0]  # depth of in_process() blocks
+
+
+def _after_fork():
+    """A forked child's lock is free (its parent's holder does not exist in it); its parent's
+    background processes are told apart by their pid."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def enabled():
@@ -45,8 +58,9 @@ def enabled():
 
 @contextlib.contextmanager
 def in_process():
-    """Inside this block every block compiles in the calling process on first use (as
-    ``APPROX_GBDT_BACKGROUND_COMPILE=0``); ``precompile`` uses it."""
+    """While this context is open (in any thread: the setting is the process's), every block
+    compiles in the calling process on first use, as with
+    ``APPROX_GBDT_BACKGROUND_COMPILE=0``; ``precompile`` uses it."""
     with _LOCK:
         _OFF[0] += 1
     try:
@@ -62,20 +76,23 @@ def _signature(block, args):
 
 
 def _key(block, sig):
-    """``block``'s module and its name there (how the background process finds it)."""
-    module = sys.modules[block.py_func.__module__]
-    name = next(n for n, v in vars(module).items() if v is block)
-    return os.getpid(), module.__name__, name, sig
+    """``block``'s module and its name there (how the background process finds it); None
+    for a function that is not a module's attribute."""
+    module = sys.modules.get(block.py_func.__module__)
+    name = next((n for n, v in vars(module).items() if v is block), None) if module else None
+    return None if name is None else (os.getpid(), module.__name__, name, sig)
 
 
 def _cached(block, sig):
     """Whether ``block`` is compiled for ``sig`` in this process, or its on-disk cache has it
-    (then it is loaded now, so that the call does not compile)."""
+    (then it is loaded now, so that the call does not compile). Under Numba's compiler lock,
+    as Numba's own loading from the cache."""
     if sig in block.overloads:
         return True
-    if block._cache.load_overload(sig, block.targetctx) is None:
-        return False
-    block.compile(sig)
+    with global_compiler_lock:
+        if block._cache.load_overload(sig, block.targetctx) is None:
+            return False
+        block.compile(sig)  # (loads it again, now as the dispatcher's own)
     return True
 
 
@@ -85,7 +102,7 @@ def _start(key):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = (f"import sys; sys.path.insert(0, {root!r}); "
             "from approx_gbdt._behind import _compile_from_stdin; _compile_from_stdin()")
-    if not sys.executable:
+    if not sys.executable or getattr(sys, "frozen", False):  # no interpreter to start
         return None
     try:
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
@@ -128,25 +145,29 @@ def pending(block, args, *, cheap):
         return False
     sig = _signature(block, args)
     key = _key(block, sig)
+    if key is None:
+        return False
     with _LOCK:
         proc = _JOBS.get(key)
-        if proc is not None:
-            if cheap and proc.poll() is None:
-                return True
-            proc.wait()
-            return False
-        if key in _JOBS or not cheap or _cached(block, sig):
-            return False
-        if any(p is not None and p.poll() is None for (pid, *_), p in _JOBS.items()
-               if pid == key[0]):
-            return True  # one at a time: its turn comes when the running one has finished
-        _JOBS[key] = proc = _start(key)
-        return proc is not None
+        if proc is None:
+            if key in _JOBS or not cheap or _cached(block, sig):
+                return False
+            if any(p is not None and p.poll() is None for (pid, *_), p in _JOBS.items()
+                   if pid == key[0]):
+                return True  # one at a time: its turn comes when the running one has finished
+            _JOBS[key] = proc = _start(key)
+            return proc is not None
+        if cheap and proc.poll() is None:
+            return True
+    proc.wait()  # (outside the lock: other threads' calls go on meanwhile)
+    return False
 
 
 def wait():
-    """Wait for every background compilation this process started; return whether all of
-    them finished successfully (True when there were none)."""
+    """Wait for every background compilation this process has started; return whether all
+    of them finished successfully (True when there were none). Blocks still waiting for
+    their turn start on a later call that meets them."""
     with _LOCK:
         procs = [p for (pid, *_), p in _JOBS.items() if pid == os.getpid() and p is not None]
-    return all(p.wait() == 0 for p in procs)
+    codes = [p.wait() for p in procs]
+    return all(code == 0 for code in codes)

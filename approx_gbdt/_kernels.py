@@ -1012,7 +1012,8 @@ def _mostly_wide(s, group_ptr, sizes, short, alpha):
 
 
 # The short tier's windowed loops stand in for the long tiers' blocks while those compile in a
-# background process (``_behind``) where they take at most this many ordered pairs a thread:
+# background process (``_behind``) where they take at most this many ordered pairs a thread
+# (the longest query's on one):
 # about 0.7 s a call with every pair in the window, as from equal scores (two threads, lists
 # of 1,000 and 2,000 documents: 0.37 ns an ordered pair, 0.74 a pair and thread), against the
 # 19-34 s the blocks take to compile.
@@ -1021,8 +1022,10 @@ _STAND_IN_PAIRS = 1e9
 
 def _stand_in_cheap(sizes, nt):
     """Whether the windowed loops are cheap enough for the queries of ``sizes`` on ``nt``
-    threads to stand in for the long tiers' blocks (``_STAND_IN_PAIRS``)."""
-    return float(np.sum(sizes.astype(np.float64) ** 2)) <= _STAND_IN_PAIRS * nt
+    threads to stand in for the long tiers' blocks (``_STAND_IN_PAIRS``): they take whole
+    queries one per thread, so the longest one's pairs count on one thread."""
+    pairs = sizes.astype(np.float64) ** 2
+    return max(float(np.sum(pairs)) / nt, float(np.max(pairs))) <= _STAND_IN_PAIRS
 
 
 _NO_REL = np.zeros(1, dtype=np.int64)
@@ -1051,7 +1054,9 @@ def _schedule(job, s, gains, inv_z, rel_idx, rel_ptr, group_ptr, weights, alpha,
 
     The tiers are separately compiled functions, compiled on first use: data without long
     queries never compiles the grid, and data without queries of the row split never compiles
-    its parallel loops. Queries with ``inv_z == 0`` get
+    its parallel loops. With ``grid_mode`` 0, a long tier whose block compiles in a background
+    process (``_behind``, where the windowed loops are cheap: :func:`_stand_in_cheap`) has its
+    queries taken by the short tier's windowed block meanwhile. Queries with ``inv_z == 0`` get
     value 0 (``JOB_VALUE``); they and single-document queries get zero gradient and Hessian
     (``JOB_GRAD``).
     """

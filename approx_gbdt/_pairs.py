@@ -307,7 +307,8 @@ def _sort_desc(s, order):
 @njit(cache=True, **_STEP)
 def _sort_desc_short(s, order):
     """Sort ``order`` (in-query indices) by descending ``s`` from the last order, for the
-    short tier's queries (below ``GRID_MIN_N``, 512 documents, unless the grid is off) and
+    short tier's queries (below ``GRID_MIN_N``, 512 documents, unless the grid is off or its
+    blocks compile in a background process, ``_kernels._schedule``) and
     the grid's boxes (``_grid._v_order``): an
     insertion sort (ties keep their last order) while it has made at most ``8 n + 64`` moves,
     else :func:`argsort_desc` afresh (ties in index order; a merge sort, which compiles

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "APPROX_GBDT_BACKGROUND_COMPILE"
 
@@ -76,6 +78,23 @@ def test_compiles_in_a_background_process_one_at_a_time(tmp_path):
         assert not _behind.pending(t.second, (x,), cheap=False)
         assert t.second(x) == 18.0
         assert t.second.stats.cache_hits and not t.second.stats.cache_misses
+        """, extra_path=[tmp_path / "toys"])
+
+
+def test_a_call_that_is_not_cheap_waits_for_the_running_compilation(tmp_path):
+    _toy(tmp_path / "toys", "toyblocks")
+    _run(tmp_path, """
+        import numpy as np
+        import toyblocks as t
+        from approx_gbdt import _behind
+
+        x = np.arange(4.0)
+        assert _behind.pending(t.first, (x,), cheap=True)
+        (proc,) = _behind._JOBS.values()
+        assert not _behind.pending(t.first, (x,), cheap=False)  # waited for it
+        assert proc.returncode == 0
+        assert t.first(x) == 12.0
+        assert t.first.stats.cache_hits and not t.first.stats.cache_misses
         """, extra_path=[tmp_path / "toys"])
 
 
@@ -150,7 +169,11 @@ def test_stand_in_only_where_cheap():
     assert not _stand_in_cheap(np.array([100_000]), 2)  # 1e10 pairs: wait for the compiler
     n = int(np.sqrt(_STAND_IN_PAIRS))
     assert _stand_in_cheap(np.array([n]), 1) and not _stand_in_cheap(np.array([n + 1]), 1)
-    assert _stand_in_cheap(np.array([n + 1]), 2)
+    # one query runs on one thread, however many there are
+    assert not _stand_in_cheap(np.array([n + 1]), 16)
+    # many queries spread over the threads
+    many = np.full(int(2 * _STAND_IN_PAIRS) // 10**6, 1000)
+    assert not _stand_in_cheap(many, 1) and _stand_in_cheap(many, 2)
 
 
 def test_long_lists_first_calls_stand_in_then_load_the_grid(tmp_path):
@@ -199,8 +222,11 @@ def test_long_lists_first_calls_stand_in_then_load_the_grid(tmp_path):
 def test_precompile_compiles_in_its_own_process(monkeypatch):
     """precompile's steps run with the background compilation off (every block it meets is
     compiled into the cache by it), whatever the environment says."""
-    import approx_gbdt.precompile as P
+    import importlib
+
     from approx_gbdt import _behind
+
+    P = importlib.import_module("approx_gbdt.precompile")  # the module, not the function
 
     monkeypatch.setenv(ENV, "1")
     seen = []
@@ -209,3 +235,37 @@ def test_precompile_compiles_in_its_own_process(monkeypatch):
     assert list(P.precompile()) == ["probe"]
     assert seen == [False]
     assert _behind.enabled()
+
+
+@pytest.mark.parametrize("long_waits", [False, True])
+@pytest.mark.parametrize("split_waits", [False, True])
+def test_every_query_once_whichever_blocks_wait(monkeypatch, long_waits, split_waits):
+    """Data with short queries, long ones and one whose rows are split: whichever of the long
+    tiers' blocks is compiling in the background, every query gets its gradient and Hessian
+    once, equal to the reference loops."""
+    import numpy as np
+    from numba import get_num_threads
+
+    from approx_gbdt import _behind, approx_ndcg_obj
+    from approx_gbdt import _kernels as K
+
+    if get_num_threads() < 2:
+        pytest.skip("the row split needs two threads")
+    waits = {K._long_block_exact: long_waits, K._split_block_exact: split_waits}
+    met = []
+
+    def pending(block, args, *, cheap):
+        met.append(block)
+        return waits[block]
+
+    monkeypatch.setattr(_behind, "pending", pending)
+    rng = np.random.default_rng(3)
+    sizes = [30, 700, 5000, 1, 1200, 12]
+    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    s = rng.normal(size=ptr[-1])
+    y = rng.integers(0, 3, ptr[-1]).astype(float)
+    g, h = approx_ndcg_obj.grad_hess(s, y, ptr)
+    assert set(met) == set(waits)  # both long tiers met
+    g0, h0 = approx_ndcg_obj._reference_grad_hess(s, y, ptr)[:2]
+    np.testing.assert_allclose(g, g0, rtol=1e-6, atol=1e-7 * np.abs(g0).max())
+    np.testing.assert_allclose(h, h0, rtol=1e-6, atol=1e-7 * np.abs(h0).max())
