@@ -1,7 +1,7 @@
 """Compiling the long lists' blocks in a background process while exact loops stand in.
 
 A first call on lists of 512 documents or more needs the grid's blocks (``_kernels``), whose
-compilation takes 18-34 s; the exact windowed loops of the short tier compile in a fraction
+compilation takes 18-33 s; the exact windowed loops of the short tier compile in a fraction
 of that and give the same gradients up to the grid's error (relative differences near 1e-8).
 So when such a block is neither compiled in this process nor in Numba's on-disk cache, the
 scheduler (``_kernels._schedule``) starts a Python process that compiles it into the cache
@@ -11,8 +11,8 @@ runs at a time per calling process (processes started apart each start their own
 that waits for its turn has its lists taken by the windowed loops too. A background process
 that is still compiling when the calling process ends finishes its work (the next process
 loads it). This only helps where the stand-in is cheap (the scheduler's ``_STAND_IN_PAIRS``)
-and Numba caches (a function without a cache compiles in the calling process, as does
-everything when the background process cannot start or fails).
+and Numba caches (a function without a cache compiles in the calling process, as does a
+block whose background process cannot start or fails, on the next call that meets it).
 
 ``APPROX_GBDT_BACKGROUND_COMPILE=0`` in the environment turns this off: every block then
 compiles in the calling process on its first call, and a run's gradients never depend on how

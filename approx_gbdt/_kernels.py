@@ -1016,7 +1016,7 @@ def _mostly_wide(s, group_ptr, sizes, short, alpha):
 # (the longest query's on one):
 # about 0.7 s a call with every pair in the window, as from equal scores (two threads, lists
 # of 1,000 and 2,000 documents: 0.37 ns an ordered pair, 0.74 a pair and thread), against the
-# 18-34 s the blocks take to compile.
+# 18-33 s the blocks take to compile.
 _STAND_IN_PAIRS = 1e9
 
 

@@ -974,7 +974,8 @@ def build_parser():
     )
     p.add_argument("--short-only", action="store_true",
                    help="only the kernels of lists under 512 documents (about 30 s, not "
-                        "about 90 s)")
+                        "about 90 s; lists of 512 or more then compile in a background "
+                        "process on first use, exact loops standing in)")
     p.add_argument("--all-hessians", action="store_true",
                    help="also the Hessian modes of the other kind than each objective's "
                         "default")

@@ -6,8 +6,9 @@ Numba compiles each kernel on its first call and caches the machine code on disk
 compiles only the kernels of what it meets (the README's "First run" section has the
 seconds): short lists a few seconds, scores spread far apart or another kind of Hessian more,
 each when it first appears, possibly late in a training run; lists of 512 documents or more
-compile the grid's blocks in a background process while exact loops stand in for them, so
-that a run's first rounds on long lists take the exact loops (``APPROX_GBDT_BACKGROUND_COMPILE=0``
+compile the grid's blocks, with an empty cache and where the stand-in is cheap, in a
+background process while exact loops stand in for them, so that a run's first rounds on long
+lists take the exact loops (``APPROX_GBDT_BACKGROUND_COMPILE=0``
 compiles them in the calling process instead). :func:`precompile` makes those first calls at
 once, on small generated inputs and all in this process, so that no later call waits for the
 compiler or takes a stand-in: run it once after installing (in a Docker image's build, a CI

@@ -5,8 +5,12 @@ temporary folder (the empty cache a new user has), then once more in a process t
 folder (the cache filled by the first run), and in a third process with another empty cache
 whose first call is ApproxAP's. The process makes the first calls a user makes, in
 order, on a small generated data set, and times each one; every call is then repeated to give
-the warm time, so the difference is compilation (or loading from the cache). It also counts the
-compiled specialisations of every Numba dispatcher of approx_gbdt.
+the warm time, so the difference is compilation (or loading from the cache). Long lists' first
+calls, with an empty cache, compile the windowed loops that stand in for the grid's blocks
+while those compile in background processes (``approx_gbdt._behind``, on by default here):
+the process waits for them, making the calls again until none starts another, and reports
+how long they ran on; the warm times are taken after that, on the grid's blocks. It also
+counts the compiled specialisations of every Numba dispatcher of approx_gbdt.
 
 Usage::
 
