@@ -221,7 +221,8 @@ def gumbel_perturbed(scores, *, alpha, noise, random_state):
 
 
 def _as_scores(scores, n_rows=None):
-    """Scores as a contiguous float64 vector; accepts float32 and XGBoost's (n, 1) shape."""
+    """Scores as a contiguous, writeable float64 vector; accepts float32 and XGBoost's (n, 1)
+    shape."""
     s = np.asarray(scores)
     if s.ndim == 2 and s.shape[1] == 1:
         s = s[:, 0]
@@ -233,6 +234,8 @@ def _as_scores(scores, n_rows=None):
     if not np.issubdtype(s.dtype, np.number) or np.issubdtype(s.dtype, np.complexfloating):
         raise TypeError(f"scores must be real numbers, got dtype {s.dtype}")
     s = np.ascontiguousarray(s, dtype=np.float64)
+    if not s.flags.writeable:  # (pandas' to_numpy, a memory map): the kernels take views of it
+        s = s.copy()
     if n_rows is not None and s.shape[0] != n_rows:
         raise ValueError(f"got {s.shape[0]} scores for {n_rows} documents")
     if not np.all(np.isfinite(s)):

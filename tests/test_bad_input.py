@@ -194,3 +194,27 @@ def test_clear_cache_releases_every_objectives_datasets():
     approx_ndcg_obj.clear_cache()
     assert approx_ndcg_obj.cached_datasets == 0 and mine.cached_datasets == 1
     assert np.array_equal(approx_ndcg_obj(y, np.zeros(5), None, [2, 3])[0], g1)
+
+
+def test_read_only_scores_are_accepted():
+    """Read-only scores (pandas' ``to_numpy``, a memory map) give the same results as
+    writeable ones, for every registered objective and on the long lists' tiers too."""
+    import approx_gbdt
+    from approx_gbdt import MEASURES, SoftNDCG, smoothed_positions
+
+    rng = np.random.default_rng(4)
+    for sizes in ([3, 20, 50], [600, 30]):
+        ptr = np.concatenate([[0], np.cumsum(sizes)])
+        y = rng.integers(0, 3, ptr[-1]).astype(float)
+        s = rng.normal(size=ptr[-1])
+        frozen = s.copy()
+        frozen.setflags(write=False)
+        objectives = [info.instance for info in MEASURES.values()] + [SoftNDCG()]
+        if sizes[0] >= 512:
+            objectives = [approx_gbdt.approx_ndcg_obj, approx_gbdt.approx_ap_obj]
+        for obj in objectives:
+            for got, want in zip(obj.grad_hess(frozen, y, ptr), obj.grad_hess(s, y, ptr)):
+                np.testing.assert_array_equal(got, want, err_msg=repr(obj))
+            np.testing.assert_array_equal(obj.value(frozen, y, ptr), obj.value(s, y, ptr))
+        np.testing.assert_array_equal(smoothed_positions(frozen, ptr),
+                                      smoothed_positions(s, ptr))
