@@ -28,6 +28,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import warnings
 
 from numba.core.compiler_lock import global_compiler_lock
 
@@ -49,11 +50,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+_OFF_VALUES = {"0", "false", "no", "off"}
+_ON_VALUES = {"", "1", "true", "yes", "on"}
+_WARNED = set()  # values of the switch warned about
+
+
 def enabled():
     """Whether blocks may compile in a background process: not inside :func:`in_process`,
-    and ``APPROX_GBDT_BACKGROUND_COMPILE`` is not ``0`` (or ``false``, ``no``, ``off``)."""
-    flag = os.environ.get(ENV, "1").strip().lower()
-    return _OFF[0] == 0 and flag not in {"0", "false", "no", "off"}
+    and ``APPROX_GBDT_BACKGROUND_COMPILE`` is not ``0`` (or ``false``, ``no``, ``off``; any
+    case). Another value than those and ``1``, ``true``, ``yes``, ``on`` (or empty) leaves
+    it on, with a ``RuntimeWarning`` once per value."""
+    raw = os.environ.get(ENV, "1")
+    flag = raw.strip().lower()
+    if flag not in _OFF_VALUES | _ON_VALUES and raw not in _WARNED:
+        _WARNED.add(raw)
+        warnings.warn(f"{ENV}={raw!r} is neither 0/false/no/off nor 1/true/yes/on; the "
+                      "long lists' kernels compile in the background", RuntimeWarning,
+                      stacklevel=2)
+    return _OFF[0] == 0 and flag not in _OFF_VALUES
 
 
 @contextlib.contextmanager

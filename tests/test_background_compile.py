@@ -269,3 +269,25 @@ def test_every_query_once_whichever_blocks_wait(monkeypatch, long_waits, split_w
     g0, h0 = approx_ndcg_obj._reference_grad_hess(s, y, ptr)[:2]
     np.testing.assert_allclose(g, g0, rtol=1e-6, atol=1e-7 * np.abs(g0).max())
     np.testing.assert_allclose(h, h0, rtol=1e-6, atol=1e-7 * np.abs(h0).max())
+
+
+def test_the_switch_values(monkeypatch):
+    import warnings
+
+    from approx_gbdt import _behind
+
+    for value in ("0", "off", " False ", "NO"):
+        monkeypatch.setenv(ENV, value)
+        assert not _behind.enabled()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for value in ("1", "on", "Yes", "", "true"):
+            monkeypatch.setenv(ENV, value)
+            assert _behind.enabled()
+    monkeypatch.setenv(ENV, "disable")
+    monkeypatch.setattr(_behind, "_WARNED", set())
+    with pytest.warns(RuntimeWarning, match="'disable' is neither"):
+        assert _behind.enabled()  # left on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _behind.enabled()  # once per value
