@@ -84,6 +84,12 @@ def in_process():
             _OFF[0] -= 1
 
 
+def _started():
+    """The background processes this process has started (under ``_LOCK``)."""
+    pid = os.getpid()
+    return [p for (owner, *_), p in _JOBS.items() if owner == pid and p is not None]
+
+
 def _signature(block, args):
     """The argument types Numba compiles ``block`` for when called with ``args``."""
     return tuple(block.typeof_pyval(a) for a in args)
@@ -166,8 +172,7 @@ def pending(block, args, *, cheap):
         if proc is None:
             if key in _JOBS or not cheap or _cached(block, sig):
                 return False
-            if any(p is not None and p.poll() is None for (pid, *_), p in _JOBS.items()
-                   if pid == key[0]):
+            if any(p.poll() is None for p in _started()):
                 return True  # one at a time: its turn comes when the running one has finished
             _JOBS[key] = proc = _start(key)
             return proc is not None
@@ -182,6 +187,6 @@ def wait():
     of them finished successfully (True when there were none). Blocks still waiting for
     their turn start on a later call that meets them."""
     with _LOCK:
-        procs = [p for (pid, *_), p in _JOBS.items() if pid == os.getpid() and p is not None]
+        procs = _started()
     codes = [p.wait() for p in procs]
     return all(code == 0 for code in codes)
